@@ -1,0 +1,64 @@
+// common.cuh — small device helpers shared by the memory-bound kernel files.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace scratchops {
+
+// Maximum and minimum that return NaN when either side is NaN, as torch.maximum,
+// torch.minimum, torch.clamp and max_pool2d do (fmaxf/fminf would drop the NaN).
+__device__ __forceinline__ float nan_max(float a, float b) {
+    return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+}
+__device__ __forceinline__ float nan_min(float a, float b) {
+    return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b);
+}
+
+// 16-byte accesses need 16-byte aligned addresses: true for torch's allocations, not always
+// for views that start inside a storage, so the launchers check before choosing float4.
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Per-plane kernel: for every plane (n, c) of an (N, C, S) tensor (S = the product of the
+// spatial sizes), one block computes the plane's constants once with op.prepare(n, c) and
+// then writes y[i] = op.apply(x[i], constants) for every element i of the plane, with
+// float4 accesses when `vectorized` (S % 4 == 0 and both pointers 16-byte aligned, so every
+// plane starts on a 16-byte boundary). Grid: one block per plane (N*C < 2^31).
+template <typename Op>
+__global__ void per_plane_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                 int channels, int plane_size, bool vectorized, Op op) {
+    const int plane = blockIdx.x;  // = n * channels + c
+    const auto constants = op.prepare(plane / channels, plane % channels);
+    const int offset = plane * plane_size;  // < N*C*S < 2^31
+    if (vectorized) {
+        const float4* x4 = reinterpret_cast<const float4*>(x + offset);
+        float4* y4 = reinterpret_cast<float4*>(y + offset);
+        for (int i = threadIdx.x; i < plane_size / 4; i += blockDim.x) {
+            float4 v = x4[i];
+            v.x = op.apply(v.x, constants);
+            v.y = op.apply(v.y, constants);
+            v.z = op.apply(v.z, constants);
+            v.w = op.apply(v.w, constants);
+            y4[i] = v;
+        }
+    } else {
+        for (int i = threadIdx.x; i < plane_size; i += blockDim.x)
+            y[offset + i] = op.apply(x[offset + i], constants);
+    }
+}
+
+constexpr int kPerPlaneThreads = 256;
+
+template <typename Op>
+cudaError_t launch_per_plane(const float* x, float* y, int batch, int channels, int plane_size,
+                             Op op, cudaStream_t stream) {
+    const int planes = batch * channels;
+    if (planes <= 0 || plane_size <= 0) return cudaSuccess;
+    const bool vectorized = plane_size % 4 == 0 && aligned16(x) && aligned16(y);
+    per_plane_kernel<<<planes, kPerPlaneThreads, 0, stream>>>(x, y, channels, plane_size,
+                                                              vectorized, op);
+    return cudaGetLastError();
+}
+
+}  // namespace scratchops

@@ -1,0 +1,274 @@
+// gemm.cu — fp32 GEMM: C = A @ B (+ a bias per row of C), row-major, strided-batched.
+//
+// Versions, one idea each, simplest first (the progression of siboehm/SGEMM_CUDA):
+//   v1 naive           One thread per element of C reads its row of A and its column of B
+//                      straight from global memory: two loads per multiply-add. threadIdx.x
+//                      runs along N, so a warp's B loads and C stores are coalesced and its
+//                      A loads are one broadcast address.
+//   v2 shared tiles    A 32x32 block stages a 32x32 tile of A and of B in shared memory per
+//                      step of k, so each global element is loaded once per block instead of
+//                      once per thread: 32x fewer global loads. Still one output per thread,
+//                      so each multiply-add costs two shared-memory loads.
+//   v3 register tiles  Each thread computes an 8x8 patch of C held in registers, from 8 values
+//                      of A and 8 of B per k: 64 multiply-adds per 4 float4 shared loads. A is
+//                      stored transposed (k-major, padded) in shared memory so that a thread's
+//                      8 rows of A are contiguous like its 8 columns of B. The block tile is
+//                      128x128 (256 threads), or 64x128 (128 threads) when M <= 64, so a
+//                      64-row problem such as P85's convolution does not waste half a block.
+//
+// Every version handles any M, N, K >= 1 (edges are zero-filled on load and masked on
+// store) and any leading dimensions, and fuses the optional per-row bias into the store.
+// Index math is 32-bit inside one matrix (the caller guarantees each matrix holds fewer
+// than 2^31 elements); the batch offset is 64-bit.
+
+#include "launchers.h"
+
+namespace scratchops {
+namespace {
+
+// Grid limits: gridDim.y and gridDim.z are at most 65535. gemm_launch splits the rows and
+// the batch into pieces that fit, so each version's launcher may assume they do.
+constexpr int kMaxGridYZ = 65535;
+
+struct GemmArgs {
+    const float* A;
+    const float* B;
+    const float* bias;  // nullptr: no bias
+    float* C;
+    int M, N, K, lda, ldb, ldc;
+    long long stride_a, stride_b, stride_c;
+    int batch;
+};
+
+// Pointer to batch entry blockIdx.z of a strided batch (64-bit: the batch as a whole may
+// span more than 2^31 floats).
+template <typename T>
+__device__ __forceinline__ T* batch_entry(T* base, long long stride) {
+    return base + static_cast<long long>(blockIdx.z) * stride;
+}
+
+// ------------------------------------------------------------------------------ v1: naive
+__global__ void gemm_naive_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                                  const float* __restrict__ bias, float* __restrict__ C, int M,
+                                  int N, int K, int lda, int ldb, int ldc, long long stride_a,
+                                  long long stride_b, long long stride_c) {
+    A = batch_entry(A, stride_a);
+    B = batch_entry(B, stride_b);
+    C = batch_entry(C, stride_c);
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += A[row * lda + k] * B[k * ldb + col];
+    if (bias != nullptr) acc += bias[row];
+    C[row * ldc + col] = acc;
+}
+
+constexpr int kNaiveBlock = 32;  // 32x32 threads, one output each
+
+cudaError_t launch_v1_naive(const GemmArgs& a, cudaStream_t stream) {
+    const dim3 block(kNaiveBlock, kNaiveBlock);
+    const dim3 grid((a.N + kNaiveBlock - 1) / kNaiveBlock, (a.M + kNaiveBlock - 1) / kNaiveBlock,
+                    a.batch);
+    gemm_naive_kernel<<<grid, block, 0, stream>>>(a.A, a.B, a.bias, a.C, a.M, a.N, a.K, a.lda,
+                                                  a.ldb, a.ldc, a.stride_a, a.stride_b,
+                                                  a.stride_c);
+    return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------- v2: shared tiles
+constexpr int kTile = 32;
+
+__global__ void gemm_shared_tiles_kernel(const float* __restrict__ A,
+                                         const float* __restrict__ B,
+                                         const float* __restrict__ bias, float* __restrict__ C,
+                                         int M, int N, int K, int lda, int ldb, int ldc,
+                                         long long stride_a, long long stride_b,
+                                         long long stride_c) {
+    A = batch_entry(A, stride_a);
+    B = batch_entry(B, stride_b);
+    C = batch_entry(C, stride_c);
+    __shared__ float A_tile[kTile][kTile];  // A_tile[r][k] = A[row0 + r][k0 + k]
+    __shared__ float B_tile[kTile][kTile];  // B_tile[k][c] = B[k0 + k][col0 + c]
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int row = blockIdx.y * kTile + ty;
+    const int col = blockIdx.x * kTile + tx;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += kTile) {
+        // Thread (ty, tx) loads one element of each tile; out-of-range elements are 0 so
+        // they add nothing. Consecutive tx read consecutive addresses: coalesced.
+        A_tile[ty][tx] = (row < M && k0 + tx < K) ? A[row * lda + k0 + tx] : 0.0f;
+        B_tile[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * ldb + col] : 0.0f;
+        __syncthreads();
+        // A_tile[ty][k] is one address for the whole warp (broadcast); B_tile[k][tx] is 32
+        // consecutive words (32 banks): no bank conflicts.
+#pragma unroll
+        for (int k = 0; k < kTile; ++k) acc += A_tile[ty][k] * B_tile[k][tx];
+        __syncthreads();  // the next step overwrites the tiles
+    }
+    if (row < M && col < N) C[row * ldc + col] = acc + (bias != nullptr ? bias[row] : 0.0f);
+}
+
+cudaError_t launch_v2_shared_tiles(const GemmArgs& a, cudaStream_t stream) {
+    const dim3 block(kTile, kTile);
+    const dim3 grid((a.N + kTile - 1) / kTile, (a.M + kTile - 1) / kTile, a.batch);
+    gemm_shared_tiles_kernel<<<grid, block, 0, stream>>>(a.A, a.B, a.bias, a.C, a.M, a.N, a.K,
+                                                         a.lda, a.ldb, a.ldc, a.stride_a,
+                                                         a.stride_b, a.stride_c);
+    return cudaGetLastError();
+}
+
+// -------------------------------------------------------------------- v3: register tiles
+// Block tile BM x BN, k-step BK; each thread owns an 8x8 patch of C split into four 4x4
+// quarters: rows {ty*4 + i} and {BM/2 + ty*4 + i}, columns {tx*4 + j} and {BN/2 + tx*4 + j}
+// (i, j < 4). Splitting into halves makes the 16 threads of a row of the thread grid read
+// 16 consecutive float4 of B_tile (no bank conflicts) instead of float4s 32 bytes apart.
+constexpr int kRegBK = 8;
+constexpr int kRegPatch = 8;  // 8x8 outputs per thread
+
+template <int BM, int BN>
+struct RegTileConfig {
+    static constexpr int kThreadsN = BN / kRegPatch;
+    static constexpr int kThreadsM = BM / kRegPatch;
+    static constexpr int kThreads = kThreadsN * kThreadsM;
+    // A_tile rows are padded by 4 floats: the transposing store A_tile[k][r] from 8
+    // consecutive k of one row r then hits 8 different banks, and rows stay 16-byte aligned.
+    static constexpr int kAStride = BM + 4;
+    static_assert(BM * kRegBK % kThreads == 0 && kRegBK * BN % kThreads == 0,
+                  "tile loads must split evenly over the threads");
+};
+
+template <int BM, int BN>
+__global__ void __launch_bounds__(RegTileConfig<BM, BN>::kThreads)
+    gemm_register_tiles_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                               const float* __restrict__ bias, float* __restrict__ C, int M,
+                               int N, int K, int lda, int ldb, int ldc, long long stride_a,
+                               long long stride_b, long long stride_c) {
+    using Cfg = RegTileConfig<BM, BN>;
+    A = batch_entry(A, stride_a);
+    B = batch_entry(B, stride_b);
+    C = batch_entry(C, stride_c);
+    __shared__ __align__(16) float A_tile[kRegBK][Cfg::kAStride];  // [k][r] = A[row0+r][k0+k]
+    __shared__ __align__(16) float B_tile[kRegBK][BN];             // [k][c] = B[k0+k][col0+c]
+
+    const int tid = threadIdx.x;
+    const int tx = tid % Cfg::kThreadsN;
+    const int ty = tid / Cfg::kThreadsN;
+    const int row0 = blockIdx.y * BM;
+    const int col0 = blockIdx.x * BN;
+
+    float acc[kRegPatch][kRegPatch] = {};
+    float a_frag[kRegPatch], b_frag[kRegPatch];
+
+    for (int k0 = 0; k0 < K; k0 += kRegBK) {
+        // A tile, BM x BK: element e -> (r, k) = (e / BK, e % BK). A warp reads 4 rows x 8
+        // consecutive k (four 32-byte segments) and stores them transposed.
+#pragma unroll
+        for (int i = 0; i < BM * kRegBK / Cfg::kThreads; ++i) {
+            const int e = tid + i * Cfg::kThreads;
+            const int r = e / kRegBK, k = e % kRegBK;
+            const int gr = row0 + r, gk = k0 + k;
+            A_tile[k][r] = (gr < M && gk < K) ? A[gr * lda + gk] : 0.0f;
+        }
+        // B tile, BK x BN: element e -> (k, c) = (e / BN, e % BN); a warp reads 32
+        // consecutive columns of one row: coalesced.
+#pragma unroll
+        for (int i = 0; i < kRegBK * BN / Cfg::kThreads; ++i) {
+            const int e = tid + i * Cfg::kThreads;
+            const int k = e / BN, c = e % BN;
+            const int gk = k0 + k, gc = col0 + c;
+            B_tile[k][c] = (gk < K && gc < N) ? B[gk * ldb + gc] : 0.0f;
+        }
+        __syncthreads();
+
+#pragma unroll
+        for (int k = 0; k < kRegBK; ++k) {
+            const float4 a_lo = *reinterpret_cast<const float4*>(&A_tile[k][ty * 4]);
+            const float4 a_hi = *reinterpret_cast<const float4*>(&A_tile[k][BM / 2 + ty * 4]);
+            const float4 b_lo = *reinterpret_cast<const float4*>(&B_tile[k][tx * 4]);
+            const float4 b_hi = *reinterpret_cast<const float4*>(&B_tile[k][BN / 2 + tx * 4]);
+            a_frag[0] = a_lo.x; a_frag[1] = a_lo.y; a_frag[2] = a_lo.z; a_frag[3] = a_lo.w;
+            a_frag[4] = a_hi.x; a_frag[5] = a_hi.y; a_frag[6] = a_hi.z; a_frag[7] = a_hi.w;
+            b_frag[0] = b_lo.x; b_frag[1] = b_lo.y; b_frag[2] = b_lo.z; b_frag[3] = b_lo.w;
+            b_frag[4] = b_hi.x; b_frag[5] = b_hi.y; b_frag[6] = b_hi.z; b_frag[7] = b_hi.w;
+#pragma unroll
+            for (int i = 0; i < kRegPatch; ++i)
+#pragma unroll
+                for (int j = 0; j < kRegPatch; ++j) acc[i][j] += a_frag[i] * b_frag[j];
+        }
+        __syncthreads();  // the next step overwrites the tiles
+    }
+
+    // Store: patch row i is C row row0 + (i < 4 ? ty*4 + i : BM/2 + ty*4 + i - 4), patch
+    // column j likewise with tx and BN. Rows and columns past M and N are masked.
+#pragma unroll
+    for (int i = 0; i < kRegPatch; ++i) {
+        const int row = row0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + (i - 4));
+        if (row >= M) continue;
+        const float row_bias = bias != nullptr ? bias[row] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kRegPatch; ++j) {
+            const int col = col0 + (j < 4 ? tx * 4 + j : BN / 2 + tx * 4 + (j - 4));
+            if (col < N) C[row * ldc + col] = acc[i][j] + row_bias;
+        }
+    }
+}
+
+template <int BM, int BN>
+cudaError_t launch_register_tiles(const GemmArgs& a, cudaStream_t stream) {
+    const dim3 grid((a.N + BN - 1) / BN, (a.M + BM - 1) / BM, a.batch);
+    gemm_register_tiles_kernel<BM, BN><<<grid, RegTileConfig<BM, BN>::kThreads, 0, stream>>>(
+        a.A, a.B, a.bias, a.C, a.M, a.N, a.K, a.lda, a.ldb, a.ldc, a.stride_a, a.stride_b,
+        a.stride_c);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_v3_register_tiles(const GemmArgs& a, cudaStream_t stream) {
+    // A 64-row block for short problems; the full 128-row block otherwise.
+    return a.M <= 64 ? launch_register_tiles<64, 128>(a, stream)
+                     : launch_register_tiles<128, 128>(a, stream);
+}
+
+// Rows of C that one launch of a version may cover (gridDim.y <= 65535 row tiles).
+int max_rows_per_launch(int version) {
+    const int tile_rows = version == 1 ? kNaiveBlock : version == 2 ? kTile : 128;
+    return kMaxGridYZ * tile_rows;
+}
+
+}  // namespace
+
+cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
+                        int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,
+                        long long stride_b, long long stride_c, int batch, cudaStream_t stream) {
+    if (version < 1 || version > kGemmNumVersions) return cudaErrorInvalidValue;
+    if (M <= 0 || N <= 0 || batch <= 0) return cudaSuccess;  // nothing to write
+    // v3 picks a 64-row tile only for M <= 64, where one launch covers every row anyway,
+    // so the 128-row bound of max_rows_per_launch is safe for it.
+    const int rows_per_launch = max_rows_per_launch(version);
+    for (int b0 = 0; b0 < batch; b0 += kMaxGridYZ) {
+        for (int m0 = 0; m0 < M; m0 += rows_per_launch) {
+            GemmArgs a;
+            a.A = A + b0 * stride_a + static_cast<long long>(m0) * lda;
+            a.B = B + b0 * stride_b;
+            a.bias = bias != nullptr ? bias + m0 : nullptr;
+            a.C = C + b0 * stride_c + static_cast<long long>(m0) * ldc;
+            a.M = M - m0 < rows_per_launch ? M - m0 : rows_per_launch;
+            a.N = N;
+            a.K = K;
+            a.lda = lda;
+            a.ldb = ldb;
+            a.ldc = ldc;
+            a.stride_a = stride_a;
+            a.stride_b = stride_b;
+            a.stride_c = stride_c;
+            a.batch = batch - b0 < kMaxGridYZ ? batch - b0 : kMaxGridYZ;
+            cudaError_t err = version == 1   ? launch_v1_naive(a, stream)
+                              : version == 2 ? launch_v2_shared_tiles(a, stream)
+                                             : launch_v3_register_tiles(a, stream);
+            if (err != cudaSuccess) return err;
+        }
+    }
+    return cudaSuccess;
+}
+
+}  // namespace scratchops

@@ -1,0 +1,87 @@
+// launchers.h — the host-side entry points of every kernel file in cuda/.
+//
+// Pure CUDA C++ (no torch headers), so each cuda/*.cu compiles alone with nvcc
+// and the one binding file (scratchops/csrc/binding.cpp) calls these with raw
+// pointers, sizes and the current torch stream.
+//
+// Conventions shared by all launchers:
+//   * fp32, row-major / NCHW-contiguous buffers;
+//   * every size is an int that the caller has checked: each buffer holds fewer
+//     than 2^31 elements, so 32-bit element offsets inside one buffer are safe;
+//   * the launcher returns the cudaError_t of its launches (cudaGetLastError
+//     after each one), never exits or prints.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace scratchops {
+
+// ---------------------------------------------------------------- gemm.cu
+// C[b] = A[b] @ B[b] (+ bias[m] on every row m), for b in [0, batch).
+//   A[b]: M x K, leading dimension lda, batch stride stride_a (0 = shared A)
+//   B[b]: K x N, leading dimension ldb, batch stride stride_b
+//   C[b]: M x N, leading dimension ldc, batch stride stride_c
+// bias may be nullptr. Batch strides are in elements (64-bit: the batch as a
+// whole may exceed 2^31 elements only through the pointer arithmetic here).
+// version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked
+// (see the table at the top of gemm.cu). Returns cudaErrorInvalidValue for an
+// unknown version.
+constexpr int kGemmNumVersions = 3;
+constexpr int kGemmDefaultVersion = 3;
+cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
+                        int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,
+                        long long stride_b, long long stride_c, int batch, cudaStream_t stream);
+
+// --------------------------------------------------------- conv_im2col.cu
+// Column matrix for a chunk of a convolution's output pixels, as
+// torch.nn.functional.unfold lays it out:
+//   cols[b][k][q] = x[b][c][oh*stride_h - pad_h + kh*dil_h][ow*stride_w - pad_w + kw*dil_w]
+// with k = (c*kernel_h + kh)*kernel_w + kw, output pixel p = oh*out_w + ow and
+// q = p - pixel_begin for p in [pixel_begin, pixel_begin + pixel_count);
+// 0 where the tap falls in the padding. x points at the first image of the
+// chunk (batch images of C x H x W); cols holds batch x (C*kh*kw) x pixel_count.
+struct Conv2dGeometry {
+    int channels, height, width;      // input image
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int dil_h, dil_w;
+    int out_h, out_w;                 // output image (caller computes and checks > 0)
+};
+cudaError_t im2col_launch(const float* x, float* cols, int batch, const Conv2dGeometry& g,
+                          int pixel_begin, int pixel_count, cudaStream_t stream);
+
+// ------------------------------------------------------------------ groupnorm.cu
+// y = group_norm(x) over an (batch, channels, plane_size) tensor with `groups` groups
+// (channels % groups == 0), then times scale[c]. gamma, beta, scale may each be nullptr
+// (1, 0, 1). stats is a workspace of 2 * batch * groups floats (mean, 1/std per group).
+cudaError_t group_norm_launch(const float* x, float* y, const float* gamma, const float* beta,
+                              const float* scale, float* stats, int batch, int channels,
+                              int plane_size, int groups, float eps, cudaStream_t stream);
+
+// ---------------------------------------------------------------- channelwise.cu
+// Over an (batch, channels, plane_size) tensor: y = x * scale[c].
+cudaError_t scale_launch(const float* x, const float* scale, float* y, int batch, int channels,
+                         int plane_size, cudaStream_t stream);
+// y = (min(x, constant) + bias[c]) * factor, NaN propagating through the min.
+cudaError_t min_add_mul_launch(const float* x, float constant, const float* bias, float factor,
+                               float* y, int batch, int channels, int plane_size,
+                               cudaStream_t stream);
+
+// ----------------------------------------------------------------- pool_clamp.cu
+struct PoolGeometry {
+    int height, width;  // input plane
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;
+    int pad_h, pad_w;   // at most half the kernel (as torch), so no window is all padding
+    int out_h, out_w;
+};
+// y = clamp(max_pool2d(x), lo, hi) over `planes` = N*C planes; lo = -inf, hi = +inf for a
+// plain max pool.
+cudaError_t max_pool2d_clamp_launch(const float* x, float* y, int planes, const PoolGeometry& g,
+                                    float lo, float hi, cudaStream_t stream);
+// y = min(max(x, lo), hi) over n contiguous elements.
+cudaError_t clamp_launch(const float* x, float* y, int n, float lo, float hi,
+                         cudaStream_t stream);
+
+}  // namespace scratchops

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The whole GPU check in one call of the device machine:
+#   env -> install (the README's command) -> build -> pytest (every test, GPU ones included)
+#   -> compute-sanitizer memcheck + racecheck -> main job (scratchops run) -> short bench.
+# Usage: scripts/gpu_check.sh [STEP ...]   (default: all steps, in that order)
+# Logs: $OUT/<step>.log (a temporary folder when OUT is unset); a summary is printed last.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$(mktemp -d)}
+export PYTHONUNBUFFERED=1
+# The build lives in the checkout (ignored by git), so a warm machine rebuilds only changes.
+export SCRATCHOPS_BUILD_DIR=${SCRATCHOPS_BUILD_DIR:-$PWD/.build/kernels}
+PY=${PYTHON:-python3}
+STEPS=("$@")
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(env install build pytest memcheck racecheck run bench)
+
+SANITIZE="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 1 --print-limit 20"
+declare -a SUMMARY
+run_step() {  # run_step NAME TIMEOUT_SECONDS COMMAND...
+    local name=$1 limit=$2; shift 2
+    local start=$SECONDS
+    echo "=== $name: $*"
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    tail -n 8 "$OUT/$name.log"
+    local verdict=ok; [ $rc -ne 0 ] && verdict="FAILED (rc $rc)"
+    SUMMARY+=("$(printf '%-10s %-16s %4ss' "$name" "$verdict" $((SECONDS - start)))")
+}
+
+for step in "${STEPS[@]}"; do
+    case $step in
+    env) run_step env 60 sh -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv; $PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'; nvcc --version | tail -n 2" ;;
+    install) run_step install 300 $PY -m pip install --no-deps --no-build-isolation -e . ;;
+    build) run_step build 600 env SCRATCHOPS_VERBOSE_BUILD=1 $PY -c "import scratchops, time; t = time.time(); scratchops.load(); print(f'kernels loaded in {time.time() - t:.1f} s')" ;;
+    pytest) run_step pytest 900 $PY -m pytest tests -q -rs -p no:cacheprovider --durations=12 ;;
+    memcheck) run_step memcheck 600 $SANITIZE --tool memcheck $PY scripts/sanitize_driver.py ;;
+    racecheck) run_step racecheck 600 $SANITIZE --tool racecheck $PY scripts/sanitize_driver.py ;;
+    run) run_step run 900 $PY -m scratchops run --json "$OUT/run.json" ${RUN_ARGS:-} ;;
+    bench) run_step bench 900 $PY -m scratchops bench --quick --out "$OUT/bench" ${BENCH_ARGS:-} ;;
+    *) echo "unknown step: $step"; exit 2 ;;
+    esac
+done
+
+echo
+echo "=== summary (logs in $OUT)"
+grep -h -E "^(=+ )?[0-9]+ (passed|failed)|ERROR SUMMARY|mismatches|kernels loaded" "$OUT"/*.log 2>/dev/null
+printf '%s\n' "${SUMMARY[@]}"

@@ -1,0 +1,84 @@
+"""Every kernel once on small, awkward shapes, for compute-sanitizer (memcheck, racecheck).
+
+Run it as scripts/gpu_check.sh does:
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python3 scripts/sanitize_driver.py
+Without torch's caching allocator every tensor is its own cudaMalloc, so an access past a
+tensor's end is outside any allocation and memcheck sees it. Each result is also compared
+with torch, so a clean sanitizer run is not mistaken for a correct one.
+"""
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import scratchops
+from scratchops.problems import PROBLEMS
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+failures = []
+
+
+def check(name, out, ref, equal_nan=False):
+    try:
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, equal_nan=equal_nan)
+    except AssertionError as e:
+        failures.append(f"{name}: {e}")
+
+
+def r(*shape):
+    return torch.rand(shape, device="cuda") * 2 - 1
+
+
+def main():
+    for version in scratchops.GEMM_VERSIONS:
+        for m, n, k in [(1, 1, 1), (33, 65, 17), (130, 129, 9), (64, 200, 72)]:
+            a, b, bias = r(m, k), r(k, n), r(m)
+            check(f"gemm v{version} {m}x{n}x{k}", scratchops.gemm(a, b, bias, version=version),
+                  a @ b + bias[:, None])
+        a, b = r(3, 5, 7), r(3, 7, 9)
+        check(f"gemm v{version} batched", scratchops.gemm(a, b, version=version), a @ b)
+        x, w, bias = r(3, 3, 11, 9), r(5, 3, 3, 2), r(5)
+        for ws in (1, 4 * 18 * 40, 1 << 20):
+            check(f"conv2d v{version} ws={ws}",
+                  scratchops.conv2d(x, w, bias, 2, 1, (1, 2), workspace_bytes=ws,
+                                    gemm_version=version),
+                  F.conv2d(x, w, bias, 2, 1, (1, 2)))
+    x = r(2, 3, 9, 7)
+    check("im2col", scratchops.im2col(x, (3, 2), 1, 1, 2), F.unfold(x, (3, 2), 1, 1, 2))
+    for shape, groups in [((2, 6, 5, 7), 3), ((2, 8, 4, 4), 4), ((3, 4), 2)]:
+        x, g, b = r(*shape), r(shape[1]), r(shape[1])
+        check(f"group_norm {shape}", scratchops.group_norm(x, groups, g, b),
+              F.group_norm(x, groups, g, b))
+        s = r(shape[1])
+        check(f"group_norm_scale {shape}", scratchops.group_norm_scale(x, groups, g, b, s),
+              F.group_norm(x, groups, g, b) * s.reshape(shape[1], *([1] * (len(shape) - 2))))
+    x, s = r(2, 5, 7, 9), r(5, 1, 1)
+    check("scale", scratchops.scale(x, s), x * s)
+    check("min_add_mul", scratchops.min_add_mul(x, 0.5, s, 2.0), (torch.clamp_max(x, 0.5) + s) * 2)
+    for shape in [(7,), (3, 5, 7), (4, 4, 4)]:
+        x = r(*shape)
+        check(f"clamp {shape}", scratchops.clamp(x, -0.2, 0.3), torch.clamp(x, -0.2, 0.3))
+    x = r(2, 3, 11, 10)
+    check("max_pool2d", scratchops.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 3, 2, 1))
+    check("max_pool2d_clamp", scratchops.max_pool2d_clamp(x, 4, None, 0, 0.0, 1.0),
+          torch.clamp(F.max_pool2d(x, 4), 0.0, 1.0))
+    for name, module in PROBLEMS.items():
+        x = torch.rand(2, *module.get_inputs()[0].shape[1:2], 20, 19, device="cuda")
+        for label, kwargs in module.VARIANTS.items():
+            torch.manual_seed(0)
+            model = module.Model(*module.get_init_inputs()).cuda()
+            torch.manual_seed(0)
+            model_new = module.ModelNew(*module.get_init_inputs(), **kwargs).cuda()
+            with torch.no_grad():
+                check(f"{name} {label}", model_new(x), model(x))
+    torch.cuda.synchronize()
+    for f in failures:
+        print("MISMATCH", f)
+    print(f"sanitize_driver: {len(failures)} mismatches")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

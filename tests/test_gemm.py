@@ -1,0 +1,71 @@
+"""scratchops.gemm, every version, against torch.matmul (fp32) and float64."""
+
+import pytest
+import torch
+
+import scratchops
+from helpers import assert_matches, poison_next, rand, requires_gpu
+
+pytestmark = requires_gpu
+VERSIONS = sorted(scratchops.GEMM_VERSIONS)
+
+# (M, N, K): unit sizes, sizes off every tile multiple (32, 64, 128, 8), P85's and P31's
+# per-image convolution shapes.
+SHAPES = [(1, 1, 1), (1, 7, 3), (5, 1, 9), (33, 65, 17), (64, 15876, 72), (127, 129, 130),
+          (128, 128, 128), (200, 300, 77), (257, 1000, 513), (3, 5000, 2), (128, 1234, 576)]
+
+
+def reference(a, b, bias):
+    ref32 = a @ b
+    ref64 = a.double() @ b.double()
+    if bias is not None:
+        ref32 = ref32 + bias[:, None]
+        ref64 = ref64 + bias.double()[:, None]
+    return ref32, ref64
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_gemm_2d(version, with_bias, m, n, k):
+    a, b = rand(m, k), rand(k, n)
+    bias = rand(m) if with_bias else None
+    poison_next(m, n)
+    out = scratchops.gemm(a, b, bias, version=version)
+    assert_matches(out, *reference(a, b, bias))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("layout", ["both", "shared_a", "shared_b"])
+@pytest.mark.parametrize("batch,m,n,k", [(1, 3, 4, 5), (3, 33, 65, 17), (7, 130, 70, 9)])
+def test_gemm_batched(version, layout, batch, m, n, k):
+    a = rand(m, k) if layout == "shared_a" else rand(batch, m, k)
+    b = rand(k, n) if layout == "shared_b" else rand(batch, k, n)
+    bias = rand(m)
+    poison_next(batch, m, n)
+    out = scratchops.gemm(a, b, bias, version=version)
+    assert out.shape == (batch, m, n)
+    assert_matches(out, *reference(a, b, bias))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gemm_more_rows_than_one_grid(version):
+    # More row tiles than gridDim.y allows (65535 x 128 rows for v3, x 32 for v1 and v2):
+    # the launcher must split the rows over several launches.
+    m = 65535 * 128 + 77
+    a, b, bias = rand(m, 2), rand(2, 3), rand(m)
+    poison_next(m, 3)
+    assert_matches(scratchops.gemm(a, b, bias, version=version), *reference(a, b, bias))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gemm_larger_batch_than_one_grid(version):
+    # More batch entries than gridDim.z allows (65535).
+    batch = 70_001
+    a, b = rand(batch, 2, 3), rand(batch, 3, 2)
+    poison_next(batch, 2, 2)
+    assert_matches(scratchops.gemm(a, b, version=version), *reference(a, b, None))
+
+
+def test_gemm_default_version_is_the_fastest_kind():
+    assert scratchops.DEFAULT_GEMM_VERSION == max(VERSIONS)
