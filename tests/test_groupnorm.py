@@ -10,10 +10,11 @@ from helpers import assert_matches, poison_next, rand, requires_gpu
 pytestmark = requires_gpu
 
 # (input shape, groups): P85's shape, one channel per group, a single group, batch 1,
-# a 1x1 plane, odd planes (scalar path: group sizes not a multiple of 4), 2-D and 5-D.
+# a 1x1 plane, one channel in batch 1 (torch refuses a lone value, so 3 of them), odd planes
+# (scalar path: group sizes not a multiple of 4), 2-D and 5-D.
 GN_CASES = [((2, 64, 126, 126), 16), ((3, 6, 7, 5), 6), ((3, 6, 7, 5), 1), ((1, 4, 9, 9), 2),
             ((2, 4, 1, 1), 2), ((2, 3, 5, 3), 3), ((4, 6), 2), ((2, 4, 3, 5, 7), 2),
-            ((1, 1, 1, 1), 1), ((2, 8, 33, 31), 4)]
+            ((1, 1, 3, 1), 1), ((2, 8, 33, 31), 4)]
 
 
 def gn_reference(x, groups, weight, bias, scale, eps=1e-5):

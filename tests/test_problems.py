@@ -26,7 +26,8 @@ def randomize_parameters(model, seed):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * p.abs().max().clamp(min=1.0))
+            spread = max(1.0, p.abs().max().item())
+            p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * spread)
 
 
 @pytest.fixture(scope="module", params=list(PROBLEMS))

@@ -61,6 +61,19 @@ void check_output_fits(int64_t numel, const char* what) {
                 " elements; kernels index with 32-bit integers (at most 2^31-1)");
 }
 
+// An optional vector of `length` float32 values on x's device (nullptr when absent), of rank
+// 1 to max_dim: per-channel parameters may be shaped (C,) or (C, 1, 1) (Python checks the
+// exact shape), a GEMM's or convolution's bias only (length,).
+const float* optional_vector(const std::optional<Tensor>& p, const Tensor& x, const char* name,
+                             int64_t length, int64_t max_dim) {
+    if (!p.has_value()) return nullptr;
+    check_tensor(*p, name, 1, max_dim);
+    check_same_device(*p, x, name);
+    TORCH_CHECK(p->numel() == length, "scratchops: ", name, " must have ", length,
+                " values, got ", p->numel());
+    return p->data_ptr<float>();
+}
+
 int64_t pair_at(at::IntArrayRef v, size_t i, const char* name) {
     TORCH_CHECK(v.size() == 2, "scratchops: ", name, " must have 2 values, got ", v.size());
     return v[i];
@@ -146,14 +159,7 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const std::optional<Tensor>& 
                 ", b is ", b.sizes());
     TORCH_CHECK(batch <= INT_MAX, "scratchops: gemm batch too large");
     check_output_fits(batch * M * N, "the gemm output");
-    const float* bias_ptr = nullptr;
-    if (bias.has_value()) {
-        check_tensor(*bias, "bias", 1);
-        check_same_device(*bias, a, "bias");
-        TORCH_CHECK(bias->size(0) == M, "scratchops: gemm bias must have M = ", M,
-                    " elements, got ", bias->size(0));
-        bias_ptr = bias->data_ptr<float>();
-    }
+    const float* bias_ptr = optional_vector(bias, a, "bias", M, 1);
     c10::cuda::CUDAGuard guard(a.device());
     Tensor c = batched ? at::empty({batch, M, N}, a.options()) : at::empty({M, N}, a.options());
     check_cuda(gemm_launch(static_cast<int>(version), a.data_ptr<float>(), b.data_ptr<float>(),
@@ -187,14 +193,7 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const std::optional<Te
     const int64_t taps = static_cast<int64_t>(g.channels) * g.kernel_h * g.kernel_w;  // K
     const int64_t pixels = static_cast<int64_t>(g.out_h) * g.out_w;                  // P
     check_output_fits(batch * out_channels * pixels, "the conv2d output");
-    const float* bias_ptr = nullptr;
-    if (bias.has_value()) {
-        check_tensor(*bias, "bias", 1);
-        check_same_device(*bias, x, "bias");
-        TORCH_CHECK(bias->size(0) == out_channels, "scratchops: bias must have ", out_channels,
-                    " elements, got ", bias->size(0));
-        bias_ptr = bias->data_ptr<float>();
-    }
+    const float* bias_ptr = optional_vector(bias, x, "bias", out_channels, 1);
 
     // Chunk sizes, in floats: a chunk holds images_per_chunk x K x pixels_per_chunk.
     const int64_t workspace_floats =
@@ -248,18 +247,6 @@ ChannelView channel_view(const Tensor& x) {
             static_cast<int>(x.numel() / (x.size(0) * x.size(1)))};
 }
 
-// A per-channel parameter: `channels` float32 values on x's device, any shape of that size
-// ((C,), (C, 1, 1), ...; Python checks the exact shape). nullptr when absent.
-const float* channel_param(const std::optional<Tensor>& p, const Tensor& x, const char* name,
-                           int channels) {
-    if (!p.has_value()) return nullptr;
-    check_tensor(*p, name, 1, 8);
-    check_same_device(*p, x, name);
-    TORCH_CHECK(p->numel() == channels, "scratchops: ", name, " must have one value per channel (",
-                channels, "), got ", p->numel());
-    return p->data_ptr<float>();
-}
-
 Tensor group_norm_cuda(const Tensor& x, int64_t num_groups, const std::optional<Tensor>& weight,
                        const std::optional<Tensor>& bias, const std::optional<Tensor>& scale,
                        double eps) {
@@ -267,9 +254,9 @@ Tensor group_norm_cuda(const Tensor& x, int64_t num_groups, const std::optional<
     TORCH_CHECK(num_groups > 0 && v.channels % num_groups == 0, "scratchops: num_groups (",
                 num_groups, ") must be positive and divide the channels (", v.channels, ")");
     TORCH_CHECK(eps >= 0.0, "scratchops: eps must be non-negative, got ", eps);
-    const float* gamma = channel_param(weight, x, "weight", v.channels);
-    const float* beta = channel_param(bias, x, "bias", v.channels);
-    const float* s = channel_param(scale, x, "scale", v.channels);
+    const float* gamma = optional_vector(weight, x, "weight", v.channels, 1);
+    const float* beta = optional_vector(bias, x, "bias", v.channels, 1);
+    const float* s = optional_vector(scale, x, "scale", v.channels, 8);
     c10::cuda::CUDAGuard guard(x.device());
     Tensor y = at::empty_like(x);
     Tensor stats = at::empty({2 * x.size(0) * num_groups}, x.options());
@@ -283,7 +270,7 @@ Tensor group_norm_cuda(const Tensor& x, int64_t num_groups, const std::optional<
 
 Tensor scale_cuda(const Tensor& x, const Tensor& scale) {
     const ChannelView v = channel_view(x);
-    const float* s = channel_param(scale, x, "scale", v.channels);
+    const float* s = optional_vector(scale, x, "scale", v.channels, 8);
     c10::cuda::CUDAGuard guard(x.device());
     Tensor y = at::empty_like(x);
     check_cuda(scale_launch(x.data_ptr<float>(), s, y.data_ptr<float>(), v.batch, v.channels,
@@ -294,7 +281,7 @@ Tensor scale_cuda(const Tensor& x, const Tensor& scale) {
 
 Tensor min_add_mul_cuda(const Tensor& x, double constant, const Tensor& bias, double factor) {
     const ChannelView v = channel_view(x);
-    const float* b = channel_param(bias, x, "bias", v.channels);
+    const float* b = optional_vector(bias, x, "bias", v.channels, 8);
     c10::cuda::CUDAGuard guard(x.device());
     Tensor y = at::empty_like(x);
     check_cuda(min_add_mul_launch(x.data_ptr<float>(), static_cast<float>(constant), b,
