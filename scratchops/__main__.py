@@ -1,0 +1,5 @@
+"""`python -m scratchops`: the same command line as the `scratchops` console script."""
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""The command line (scratchops.cli), the sweep plan (scratchops.bench) and the timing helpers.
+
+Everything but the last test runs on a CPU: argument errors, the one-line no-GPU message
+(real on a machine without a usable GPU, nothing is faked), the bench plan, the pure helpers.
+The last test runs `scratchops run` and `scratchops bench --quick` end to end on a GPU.
+"""
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import scratchops
+from helpers import requires_gpu
+from scratchops import bench, cli
+from scratchops.timing import Timing, tf32_disabled, time_cuda
+
+REPO = Path(__file__).resolve().parent.parent
+NO_GPU_REASON = scratchops.why_unavailable()
+requires_no_gpu = pytest.mark.skipif(
+    NO_GPU_REASON is None, reason="a usable GPU is present: the command would really run")
+
+
+# ------------------------------------------------------------------------ argument handling
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["bench", "--help"]])
+def test_help_in_a_subprocess(argv):
+    done = subprocess.run([sys.executable, "-m", "scratchops", *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: scratchops")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "required"),
+    (["frobnicate"], "invalid choice"),
+    (["run", "--problem", "p99"], "invalid choice"),
+    (["run", "--batch", "0"], "must be at least 1"),
+    (["run", "--batch", "-1"], "must be at least 1"),
+    (["run", "--batch", "abc"], "expected a positive integer"),
+    (["run", "--repeats", "0"], "must be at least 1"),
+    (["run", "--dtype", "float64"], "invalid choice"),
+    (["run", "--seed", "x"], "invalid int"),
+    (["bench", "nosuchkernel"], "unknown kernel 'nosuchkernel'"),
+    (["bench", "gemm", "--repeats", "-3"], "must be at least 1"),
+])
+def test_bad_arguments_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and message in err
+
+
+def test_defaults():
+    args = cli.build_parser().parse_args(["run"])
+    assert (args.problem, args.batch, args.dtype, args.repeats, args.seed, args.no_compile,
+            args.json) == ("all", None, "float32", 20, 0, False, None)
+    args = cli.build_parser().parse_args(["bench"])
+    assert (args.kernels, args.quick, args.repeats, args.out) == ([], False, None,
+                                                                 Path("bench_out"))
+    args = cli.build_parser().parse_args(["bench", "clamp", "gemm", "--quick"])
+    assert args.kernels == ["clamp", "gemm"] and args.quick
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_unsupported_dtype_is_one_clear_line(dtype, capsys):
+    # Checked before anything needs a GPU, so this runs (and must pass) everywhere.
+    assert cli.main(["run", "--dtype", dtype]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert f"--dtype {dtype}" in err and "only float32 kernels exist yet" in err
+
+
+@requires_no_gpu
+@pytest.mark.parametrize("argv", [["run"], ["run", "--problem", "p31", "--no-compile"],
+                                  ["bench"], ["bench", "--quick", "gemm"]])
+def test_without_gpu_one_line_and_exit_code_2(argv, capsys, tmp_path):
+    assert cli.main([*argv, *(["--out", str(tmp_path)] if argv[0] == "bench" else [])]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"scratchops {argv[0]}: needs a CUDA GPU: {NO_GPU_REASON}\n"
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@requires_no_gpu
+def test_without_gpu_in_a_subprocess_no_traceback():
+    done = subprocess.run([sys.executable, "-m", "scratchops", "run"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("scratchops run: needs a CUDA GPU: ")
+    assert done.stderr.count("\n") == 1
+
+
+# ------------------------------------------------------------------------- the bench plan
+def test_plan_covers_every_kernel_and_the_kernelbench_shapes():
+    workloads = bench.plan(bench.KERNELS, quick=False)
+    assert {w.kernel for w in workloads} == set(bench.KERNELS)
+    shapes = {(w.kernel, w.shape) for w in workloads}
+    # The full-size convolutions and the intermediate tensors of both problems.
+    assert ("conv2d", "128x8x128x128 -> 64 k3") in shapes
+    assert ("conv2d", "128x64x128x128 -> 128 k3") in shapes
+    for kernel in ("group_norm", "scale", "group_norm_scale", "max_pool2d", "clamp",
+                   "max_pool2d_clamp"):
+        assert (kernel, "128x64x126x126") in shapes
+    assert ("min_add_mul", "128x128x126x126") in shapes
+    assert ("gemm", "64x15876x72 b8") in shapes and ("gemm", "128x15876x576 b8") in shapes
+
+
+def test_plan_compute_bound_rows_run_every_gemm_version_and_cap_only_the_naive_one():
+    naive = scratchops.GEMM_VERSIONS[bench.NAIVE_GEMM_VERSION]
+    compute = bench.plan(["gemm", "conv2d"], quick=False)
+    for w in compute:
+        assert list(w.versions) == list(scratchops.GEMM_VERSIONS.values())
+        assert set(w.skip) == ({naive} if w.flop > bench.NAIVE_MAX_FLOP else set())
+        assert all(reason.startswith("skipped:") for reason in w.skip.values())
+    assert any(w.skip for w in compute) and any(not w.skip for w in compute)
+    p31_full = next(w for w in compute if w.shape == "128x64x128x128 -> 128 k3")
+    assert p31_full.flop == 2 * 128 * 128 * 64 * 3 * 3 * 126 * 126 and naive in p31_full.skip
+
+
+def test_plan_filters_and_quick_is_small():
+    assert {w.kernel for w in bench.plan(["clamp", "gemm"], quick=True)} == {"clamp", "gemm"}
+    quick = bench.plan(bench.KERNELS, quick=True)
+    assert {w.kernel for w in quick} == set(bench.KERNELS)
+    assert all(not w.skip for w in quick)
+    assert all(w.flop < 1e10 for w in quick if w.flop is not None)
+    assert len(quick) < len(bench.plan(bench.KERNELS, quick=False))
+
+
+# -------------------------------------------------------------------------- pure helpers
+def test_timing_summary():
+    t = Timing.from_samples([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (t.median_ms, t.min_ms, t.max_ms, t.n) == (3.0, 1.0, 5.0, 5)
+    assert t.p10_ms == pytest.approx(1.4) and t.p90_ms == pytest.approx(4.6)
+    assert Timing.from_samples([2.5]).as_dict() == {
+        "median_ms": 2.5, "min_ms": 2.5, "max_ms": 2.5, "p10_ms": 2.5, "p90_ms": 2.5, "n": 1}
+    with pytest.raises(ValueError, match="no timing samples"):
+        Timing.from_samples([])
+
+
+@pytest.mark.parametrize("kwargs", [{"repeats": 0}, {"repeats": True}, {"warmup": -1}])
+def test_time_cuda_rejects_bad_counts_before_touching_the_gpu(kwargs):
+    with pytest.raises(ValueError):
+        time_cuda(lambda: None, **kwargs)
+
+
+def test_tf32_disabled_restores_the_settings_even_after_an_error():
+    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+    for matmul, cudnn in [("high", True), ("highest", False)]:
+        torch.set_float32_matmul_precision(matmul)
+        torch.backends.cudnn.allow_tf32 = cudnn
+        try:
+            with pytest.raises(RuntimeError), tf32_disabled():
+                assert not torch.backends.cuda.matmul.allow_tf32
+                assert not torch.backends.cudnn.allow_tf32
+                raise RuntimeError("boom")
+            assert torch.get_float32_matmul_precision() == matmul
+            assert torch.backends.cudnn.allow_tf32 is cudnn
+        finally:
+            torch.set_float32_matmul_precision(before[0])
+            torch.backends.cudnn.allow_tf32 = before[1]
+
+
+def test_format_table_aligns_columns():
+    text = bench.format_table([("name", "<"), ("ms", ">")], [["a", "1.5"], ["long", "10.25"]])
+    assert text.splitlines() == ["name     ms", "a       1.5", "long  10.25"]
+    assert bench.fmt(None, ".2f") == "-" and bench.fmt(1.234, ".2f") == "1.23"
+
+
+def test_progress_in_a_log_prints_about_ten_lines():
+    stream = io.StringIO()
+    progress = bench.Progress(95, stream=stream)
+    for i in range(95):
+        progress.step(f"item {i}")
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert 9 <= len(lines) <= 11
+    assert lines[-1].startswith("[" + "#" * 30 + "] 95/95") and "\r" not in stream.getvalue()
+
+
+# --------------------------------------------------------------------------- on a GPU
+@requires_gpu
+def test_run_and_bench_quick_end_to_end(tmp_path, capsys):
+    report = tmp_path / "run.json"
+    assert cli.main(["run", "--batch", "4", "--no-compile", "--repeats", "5",
+                     "--json", str(report)]) == 0
+    assert "all ModelNew outputs allclose" in capsys.readouterr().out.splitlines()[-2]
+    result = json.loads(report.read_text())
+    assert result["ok"] is True and set(result["problems"]) == {"p85", "p31"}
+    for problem in result["problems"].values():
+        assert problem["batch"] == 4
+        entries = problem["implementations"]
+        assert entries["torch_compile_fp32"]["note"] == "skipped (--no-compile)"
+        ours = [e for e in entries.values() if e["kind"] == "scratchops"]
+        assert ours
+        for e in ours:
+            assert e["correctness"]["allclose_vs_fp32"] is True
+            assert e["correctness"]["allclose_vs_fp64"] is True
+        for e in entries.values():
+            if e["timing"] is not None:
+                assert e["timing"]["n"] == 5 and e["timing"]["median_ms"] > 0
+        assert all(all(r > 0 for r in ratios.values() if r is not None)
+                   for ratios in problem["speedups"].values())
+
+    out_dir = tmp_path / "bench"
+    assert cli.main(["bench", "--quick", "--out", str(out_dir)]) == 0
+    for name in ("bench.json", "gemm.png", "memory_bound.png"):
+        assert (out_dir / name).stat().st_size > 0
+    data = json.loads((out_dir / "bench.json").read_text())
+    assert data["ceilings"]["copy"]["value"] > 0 and data["ceilings"]["sgemm"]["value"] > 0
+    assert {r["kernel"] for r in data["rows"]} == set(bench.KERNELS)
+    for r in data["rows"]:
+        assert r["ok"] is True, r
+        assert r["ms"] > 0 and r["torch_ms"] > 0 and r["rate"] > 0, r
