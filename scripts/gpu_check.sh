@@ -3,7 +3,10 @@
 #   env -> install (the README's command) -> build -> pytest (every test, GPU ones included)
 #   -> compute-sanitizer memcheck + racecheck -> main job (scratchops run) -> short bench.
 # Usage: scripts/gpu_check.sh [STEP ...]   (default: all steps, in that order)
-# Logs: $OUT/<step>.log (a temporary folder when OUT is unset); a summary is printed last.
+# Logs: $OUT/logs/<step>.log (a temporary folder when OUT is unset); a summary is printed
+# last. PACK_LOGS=1 packs the logs into $OUT/logs.tgz (the device tool returns few files).
+# RUN_ARGS / BENCH_ARGS pass options on (BENCH_ARGS defaults to --quick; set it to "" for
+# the full sweep).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
@@ -11,6 +14,8 @@ export PYTHONUNBUFFERED=1
 # The build lives in the checkout (ignored by git), so a warm machine rebuilds only changes.
 export SCRATCHOPS_BUILD_DIR=${SCRATCHOPS_BUILD_DIR:-$PWD/.build/kernels}
 PY=${PYTHON:-python3}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(env install build pytest memcheck racecheck run bench)
 
@@ -20,9 +25,9 @@ run_step() {  # run_step NAME TIMEOUT_SECONDS COMMAND...
     local name=$1 limit=$2; shift 2
     local start=$SECONDS
     echo "=== $name: $*"
-    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
     local rc=$?
-    tail -n 8 "$OUT/$name.log"
+    tail -n 8 "$LOGS/$name.log"
     local verdict=ok; [ $rc -ne 0 ] && verdict="FAILED (rc $rc)"
     SUMMARY+=("$(printf '%-10s %-16s %4ss' "$name" "$verdict" $((SECONDS - start)))")
 }
@@ -36,12 +41,13 @@ for step in "${STEPS[@]}"; do
     memcheck) run_step memcheck 600 $SANITIZE --tool memcheck $PY scripts/sanitize_driver.py ;;
     racecheck) run_step racecheck 600 $SANITIZE --tool racecheck $PY scripts/sanitize_driver.py ;;
     run) run_step run 900 $PY -m scratchops run --json "$OUT/run.json" ${RUN_ARGS:-} ;;
-    bench) run_step bench 900 $PY -m scratchops bench --quick --out "$OUT/bench" ${BENCH_ARGS:-} ;;
+    bench) run_step bench 900 $PY -m scratchops bench ${BENCH_ARGS---quick} --out "$OUT/bench" ;;
     *) echo "unknown step: $step"; exit 2 ;;
     esac
 done
 
 echo
-echo "=== summary (logs in $OUT)"
-grep -h -E "^(=+ )?[0-9]+ (passed|failed)|ERROR SUMMARY|mismatches|kernels loaded" "$OUT"/*.log 2>/dev/null
+echo "=== summary (logs in $LOGS)"
+grep -h -E "^(=+ )?[0-9]+ (passed|failed)|ERROR SUMMARY|RACECHECK SUMMARY|mismatches|kernels loaded" "$LOGS"/*.log 2>/dev/null
 printf '%s\n' "${SUMMARY[@]}"
+if [ "${PACK_LOGS:-0}" = 1 ]; then tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"; fi

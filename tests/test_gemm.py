@@ -1,7 +1,6 @@
 """scratchops.gemm, every version, against torch.matmul (fp32) and float64."""
 
 import pytest
-import torch
 
 import scratchops
 from helpers import assert_matches, poison_next, rand, requires_gpu
