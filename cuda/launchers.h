@@ -48,8 +48,12 @@ struct Conv2dGeometry {
     int dil_h, dil_w;
     int out_h, out_w;                 // output image (caller computes and checks > 0)
 };
-cudaError_t im2col_launch(const float* x, float* cols, int batch, const Conv2dGeometry& g,
-                          int pixel_begin, int pixel_count, cudaStream_t stream);
+// version: 1 = one thread per element, 2 = one block per row (see conv_im2col.cu).
+constexpr int kIm2colNumVersions = 2;
+constexpr int kIm2colDefaultVersion = 2;  // what conv2d uses
+cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
+                          const Conv2dGeometry& g, int pixel_begin, int pixel_count,
+                          cudaStream_t stream);
 
 // ------------------------------------------------------------------ groupnorm.cu
 // y = group_norm(x) over an (batch, channels, plane_size) tensor with `groups` groups

@@ -184,10 +184,14 @@ def im2col_workloads(quick: bool) -> list[Workload]:
         # builds it in chunks), so a few images.
         shapes = [(8, P85_IN, IMAGE, IMAGE), (BATCH, P85_IN, IMAGE, IMAGE),
                   (2, P31_IN, IMAGE, IMAGE), (8, P31_IN, IMAGE, IMAGE)]
-    return [_memory_workload(
-        "im2col", s, _randn_inputs(x=s),
-        lambda x: F.unfold(x, KERNEL_SIZE), lambda x: scratchops.im2col(x, KERNEL_SIZE),
-        f"k{KERNEL_SIZE}") for s in shapes]
+    versions = {name: functools.partial(_im2col, version=v)
+                for v, name in scratchops.IM2COL_VERSIONS.items()}
+    return [Workload("im2col", dims(s), _randn_inputs(x=s), lambda x: F.unfold(x, KERNEL_SIZE),
+                     versions, note=f"k{KERNEL_SIZE}") for s in shapes]
+
+
+def _im2col(x, *, version):
+    return scratchops.im2col(x, KERNEL_SIZE, version=version)
 
 
 def _activation_shapes(channels: int, quick: bool) -> list[tuple[int, ...]]:

@@ -18,6 +18,9 @@ from . import _build, _validate
 # GEMM versions, numbered as in the table at the top of cuda/gemm.cu.
 GEMM_VERSIONS = {1: "naive", 2: "shared_tiles", 3: "register_tiles"}
 DEFAULT_GEMM_VERSION = 3
+# im2col versions, numbered as at the top of cuda/conv_im2col.cu; conv2d uses the default.
+IM2COL_VERSIONS = {1: "per_element", 2: "per_row"}
+DEFAULT_IM2COL_VERSION = 2
 # conv2d builds its im2col columns in chunks of at most this many bytes (P31 at full size
 # would need a 4.7 GB column matrix in one piece).
 DEFAULT_CONV_WORKSPACE_BYTES = 256 * 2**20
@@ -34,18 +37,21 @@ def _unbatched(x, name: str) -> bool:
     return x.dim() == 3
 
 
-def im2col(input, kernel_size, dilation=1, padding=0, stride=1):
+def im2col(input, kernel_size, dilation=1, padding=0, stride=1, *,
+           version: int = DEFAULT_IM2COL_VERSION):
     """Sliding local blocks of a (N, C, H, W) or (C, H, W) tensor, as F.unfold.
 
     Returns (N, C*kh*kw, L), L = out_h*out_w, with row (c*kh + i)*kw + j holding tap (i, j)
-    of channel c for every output position.
+    of channel c for every output position. `version` picks the kernel (IM2COL_VERSIONS).
     """
     unbatched = _unbatched(input, "input")
     x = input.unsqueeze(0) if unbatched else input
     (kernel_size, dilation, padding, stride), _ = _validate.im2col_args(
         x, kernel_size, dilation, padding, stride)
+    _validate.check_choice(version, "version", IM2COL_VERSIONS)
     _validate.check_cuda(input=x)
-    cols = _kernels().im2col(x, list(kernel_size), list(dilation), list(padding), list(stride))
+    cols = _kernels().im2col(x, list(kernel_size), list(dilation), list(padding), list(stride),
+                             version)
     return cols.squeeze(0) if unbatched else cols
 
 
@@ -161,7 +167,8 @@ def register_fakes() -> None:
     """Register the fake kernels; called once, right after the library is loaded."""
 
     @torch.library.register_fake("scratchops::im2col")
-    def _im2col_fake(input, kernel_size, dilation, padding, stride):
+    def _im2col_fake(input, kernel_size, dilation, padding, stride, version):
+        _validate.check_choice(version, "version", IM2COL_VERSIONS)
         _, shape = _validate.im2col_args(input, kernel_size, dilation, padding, stride)
         return input.new_empty(shape)
 

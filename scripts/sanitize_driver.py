@@ -46,7 +46,9 @@ def main():
                                     gemm_version=version),
                   F.conv2d(x, w, bias, 2, 1, (1, 2)))
     x = r(2, 3, 9, 7)
-    check("im2col", scratchops.im2col(x, (3, 2), 1, 1, 2), F.unfold(x, (3, 2), 1, 1, 2))
+    for version in scratchops.IM2COL_VERSIONS:
+        check(f"im2col v{version}", scratchops.im2col(x, (3, 2), 1, 1, 2, version=version),
+              F.unfold(x, (3, 2), 1, 1, 2))
     for shape, groups in [((2, 6, 5, 7), 3), ((2, 8, 4, 4), 4), ((3, 4), 2)]:
         x, g, b = r(*shape), r(shape[1]), r(shape[1])
         check(f"group_norm {shape}", scratchops.group_norm(x, groups, g, b),

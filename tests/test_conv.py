@@ -29,13 +29,17 @@ def conv_reference(x, w, b, stride, padding, dilation):
     return ref32, ref64
 
 
-@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", CASES)
-def test_im2col_matches_unfold(x_shape, w_shape, stride, padding, dilation):
+@pytest.mark.parametrize("version", sorted(scratchops.IM2COL_VERSIONS))
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", CASES + [
+    ((2, 3, 40, 300), (1, 3, 3, 3), 1, 1, 1),  # rows longer than a block (256 pixels)
+    ((1, 2, 600, 1), (1, 2, 3, 1), 1, 1, 1),   # out_w = 1: the pixel step is all carry
+])
+def test_im2col_matches_unfold(version, x_shape, w_shape, stride, padding, dilation):
     x = rand(*x_shape)
     kernel = w_shape[2:]
     ref = F.unfold(x, kernel, dilation, padding, stride)
     poison_next(*ref.shape)
-    out = scratchops.im2col(x, kernel, dilation, padding, stride)
+    out = scratchops.im2col(x, kernel, dilation, padding, stride, version=version)
     # A pure copy: exactly equal, NaN-free.
     assert out.shape == ref.shape
     torch.testing.assert_close(out, ref, atol=0, rtol=0)

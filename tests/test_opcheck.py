@@ -13,7 +13,7 @@ pytestmark = requires_gpu
 def samples():
     inf = float("inf")
     return {
-        "im2col": (rand(2, 3, 9, 8), [3, 2], [1, 1], [1, 0], [2, 1]),
+        "im2col": (rand(2, 3, 9, 8), [3, 2], [1, 1], [1, 0], [2, 1], 2),
         "gemm": (rand(2, 33, 17), rand(2, 17, 45), rand(33), 3),
         "conv2d": (rand(2, 3, 11, 10), rand(4, 3, 3, 3), rand(4), [1, 1], [1, 1], [1, 1],
                    scratchops.DEFAULT_CONV_WORKSPACE_BYTES, 3),

@@ -50,6 +50,7 @@ CASES = [
     (lambda: scratchops.im2col(X, 9), ValueError, "output would be empty"),
     (lambda: scratchops.im2col(X, 0), ValueError, "kernel_size must be in [1, 65535]"),
     (lambda: scratchops.im2col(X, True), TypeError, "int or a pair of ints"),
+    (lambda: scratchops.im2col(X, 3, version=3), ValueError, "version must be one of"),
     (lambda: scratchops.gemm(t(3, 4), t(5, 6)), ValueError, "inner dimensions differ"),
     (lambda: scratchops.gemm(t(2, 3, 4), t(3, 4, 6)), ValueError, "batch sizes differ"),
     (lambda: scratchops.gemm(t(3), t(3, 4)), ValueError, "a must be 2-D or 3-D"),

@@ -123,7 +123,9 @@ Conv2dGeometry conv_geometry(const Tensor& x, int64_t kernel_h, int64_t kernel_w
 
 // ------------------------------------------------------------------------------ im2col
 Tensor im2col_cuda(const Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef dilation,
-                   at::IntArrayRef padding, at::IntArrayRef stride) {
+                   at::IntArrayRef padding, at::IntArrayRef stride, int64_t version) {
+    TORCH_CHECK(version >= 1 && version <= kIm2colNumVersions,
+                "scratchops: im2col version must be in [1, ", kIm2colNumVersions, "], got ", version);
     check_tensor(x, "input", 4);
     const Conv2dGeometry g =
         conv_geometry(x, pair_at(kernel_size, 0, "kernel_size"),
@@ -133,7 +135,7 @@ Tensor im2col_cuda(const Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef
     check_output_fits(x.size(0) * taps * pixels, "the im2col output");
     c10::cuda::CUDAGuard guard(x.device());
     Tensor cols = at::empty({x.size(0), taps, pixels}, x.options());
-    check_cuda(im2col_launch(x.data_ptr<float>(), cols.data_ptr<float>(),
+    check_cuda(im2col_launch(static_cast<int>(version), x.data_ptr<float>(), cols.data_ptr<float>(),
                              static_cast<int>(x.size(0)), g, 0, static_cast<int>(pixels),
                              current_stream(x)),
                "im2col kernel launch");
@@ -216,7 +218,8 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const std::optional<Te
         const int64_t images = std::min(images_per_chunk, batch - n0);
         for (int64_t p0 = 0; p0 < pixels; p0 += pixels_per_chunk) {
             const int64_t count = std::min(pixels_per_chunk, pixels - p0);
-            check_cuda(im2col_launch(x_ptr + n0 * image_floats, cols.data_ptr<float>(),
+            check_cuda(im2col_launch(kIm2colDefaultVersion, x_ptr + n0 * image_floats,
+                                     cols.data_ptr<float>(),
                                      static_cast<int>(images), g, static_cast<int>(p0),
                                      static_cast<int>(count), stream),
                        "conv2d im2col launch");
@@ -340,7 +343,7 @@ Tensor clamp_cuda(const Tensor& x, double min, double max) {
 
 TORCH_LIBRARY(scratchops, m) {
     m.def("im2col(Tensor input, int[2] kernel_size, int[2] dilation, int[2] padding, "
-          "int[2] stride) -> Tensor");
+          "int[2] stride, int version) -> Tensor");
     m.def("gemm(Tensor a, Tensor b, Tensor? bias, int version) -> Tensor");
     m.def("conv2d(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
           "int[2] dilation, int workspace_bytes, int gemm_version) -> Tensor");
