@@ -24,6 +24,15 @@ namespace {
 
 constexpr int kIm2colThreads = 256;
 
+// Tap k of the K = C*kernel_h*kernel_w rows of one image's columns, as F.unfold orders them:
+// k = (c * kernel_h + kh) * kernel_w + kw.
+struct Tap {
+    int c, kh, kw;
+};
+__device__ __forceinline__ Tap decode_tap(int k, const Conv2dGeometry& g) {
+    return {k / (g.kernel_w * g.kernel_h), (k / g.kernel_w) % g.kernel_h, k % g.kernel_w};
+}
+
 // Element e of cols (chunk of `batch` images and pixel_count output pixels) is
 //   e = (b * K + k) * pixel_count + q,
 // with k = (c * kernel_h + kh) * kernel_w + kw the tap and p = pixel_begin + q = oh * out_w + ow
@@ -41,14 +50,12 @@ __global__ void im2col_kernel(const float* __restrict__ x, float* __restrict__ c
 
     const int p = pixel_begin + q;
     const int oh = p / g.out_w, ow = p % g.out_w;
-    const int kw = k % g.kernel_w;
-    const int kh = (k / g.kernel_w) % g.kernel_h;
-    const int c = k / (g.kernel_w * g.kernel_h);
+    const Tap t = decode_tap(k, g);
 
-    const int ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
-    const int iw = ow * g.stride_w - g.pad_w + kw * g.dil_w;
+    const int ih = oh * g.stride_h - g.pad_h + t.kh * g.dil_h;
+    const int iw = ow * g.stride_w - g.pad_w + t.kw * g.dil_w;
     const bool inside = ih >= 0 && ih < g.height && iw >= 0 && iw < g.width;
-    cols[e] = inside ? x[((b * g.channels + c) * g.height + ih) * g.width + iw] : 0.0f;
+    cols[e] = inside ? x[((b * g.channels + t.c) * g.height + ih) * g.width + iw] : 0.0f;
 }
 
 // Block r = blockIdx.x = b * K + k writes row r of cols, cols[r * pixel_count + q] for
@@ -59,14 +66,12 @@ __global__ void im2col_rows_kernel(const float* __restrict__ x, float* __restric
                                    Conv2dGeometry g, int pixel_begin, int pixel_count) {
     const int row = blockIdx.x;
     const int taps = g.channels * g.kernel_h * g.kernel_w;  // K
-    const int b = row / taps, k = row % taps;
-    const int kw = k % g.kernel_w;
-    const int kh = (k / g.kernel_w) % g.kernel_h;
-    const int c = k / (g.kernel_w * g.kernel_h);
-    const float* plane = x + (b * g.channels + c) * g.height * g.width;  // < numel(x)
-    float* out = cols + row * pixel_count;                                // < numel(cols)
+    const int b = row / taps;
+    const Tap t = decode_tap(row % taps, g);
+    const float* plane = x + (b * g.channels + t.c) * g.height * g.width;  // < numel(x)
+    float* out = cols + row * pixel_count;                                  // < numel(cols)
     // Input coordinates of output pixel (oh, ow) for this tap: ih = oh*stride_h + ih_offset.
-    const int ih_offset = kh * g.dil_h - g.pad_h, iw_offset = kw * g.dil_w - g.pad_w;
+    const int ih_offset = t.kh * g.dil_h - g.pad_h, iw_offset = t.kw * g.dil_w - g.pad_w;
 
     const int p0 = pixel_begin + threadIdx.x;
     int oh = p0 / g.out_w, ow = p0 % g.out_w;
@@ -85,8 +90,8 @@ __global__ void im2col_rows_kernel(const float* __restrict__ x, float* __restric
     }
 }
 
-// The caller guarantees batch * K * pixel_count < 2^31 (cols is one buffer); so do both
-// launchers' index computations.
+// Elements of the column chunk. im2col_launch refuses chunks of 2^31 or more, so both
+// versions' 32-bit element offsets are safe.
 long long cols_elements(int batch, const Conv2dGeometry& g, int pixel_count) {
     return static_cast<long long>(batch) * g.channels * g.kernel_h * g.kernel_w * pixel_count;
 }

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 import scratchops
 
+from .problems import PROBLEMS
 from .timing import (DEFAULT_WARMUP, Ceiling, Timing, environment, measure_copy_bandwidth,
                      measure_sgemm_tflops, tf32_disabled, time_cuda)
 
@@ -48,12 +49,16 @@ ATOL = RTOL = 1e-4
 NAIVE_GEMM_VERSION = 1
 NAIVE_MAX_FLOP = 2e11
 
-# KernelBench parameters of the two problems (P85: 85_Conv2d_GroupNorm_Scale_MaxPool_Clamp,
-# P31: 31_Conv2d_Min_Add_Multiply); the sweeps end at their full-size intermediate tensors.
-BATCH = 128
-P85_IN, P85_OUT, P85_GROUPS, P85_POOL, P85_CLAMP = 8, 64, 16, 4, (0.0, 1.0)
-P31_IN, P31_OUT, P31_CONSTANT, P31_FACTOR = 64, 128, 0.5, 2.0
-IMAGE, KERNEL_SIZE = 128, 3
+# The sweeps end at the two problems' full-size tensors: their parameters come from the
+# problem modules (KernelBench's values), not from a second copy here.
+_P85, _P31 = PROBLEMS["p85"], PROBLEMS["p31"]
+BATCH = _P85.batch_size
+P85_IN, P85_OUT, P85_GROUPS = _P85.in_channels, _P85.out_channels, _P85.num_groups
+P85_POOL, P85_CLAMP = _P85.maxpool_kernel_size, (_P85.clamp_min, _P85.clamp_max)
+P31_IN, P31_OUT = _P31.in_channels, _P31.out_channels
+P31_CONSTANT, P31_FACTOR = _P31.constant_value, _P31.scaling_factor
+IMAGE, KERNEL_SIZE = _P85.height, _P85.kernel_size
+assert (_P31.batch_size, _P31.height, _P31.kernel_size) == (BATCH, IMAGE, KERNEL_SIZE)
 CONV_OUT = IMAGE - KERNEL_SIZE + 1  # 126: a 3x3 convolution without padding
 GROUP_NORM_EPS = 1e-5
 

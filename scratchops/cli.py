@@ -183,8 +183,8 @@ def _tf32_note(settings: dict) -> str:
 
 
 def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Namespace,
-                    default_tf32: dict) -> tuple[dict, list[str]]:
-    """Check and time every implementation of one problem: (entries by key, notes)."""
+                    default_tf32: dict) -> dict:
+    """Check and time every implementation of one problem: entries by key."""
     _status(f"{key}: building {module.NAME} at input {bench.dims(shape)}")
     init = module.get_init_inputs()
     # Model and every ModelNew draw their parameters in the same order after the same seed
@@ -192,7 +192,6 @@ def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Nam
     # subclasses Model, so the keys must match) makes equal parameters certain.
     torch.manual_seed(args.seed)
     model = module.Model(*init).cuda().eval()
-    notes = []
     variants = {}
     for label, kwargs in module.VARIANTS.items():
         torch.manual_seed(args.seed)
@@ -227,14 +226,14 @@ def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Nam
                 entry["timing"] = time_cuda(functools.partial(impl.fn, x),
                                             repeats=args.repeats).as_dict()
         entries[impl.key] = entry
-    return entries, notes
+    return entries
 
 
 def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict) -> dict:
     """Check and time one problem; prints its table and returns its JSON entry."""
     batch = args.batch or module.batch_size
     shape = (batch, module.in_channels, module.height, module.width)
-    entries, notes = measure_problem(key, module, shape, args, default_tf32)
+    entries = measure_problem(key, module, shape, args, default_tf32)
     torch.cuda.empty_cache()  # the models and tensors died with measure_problem's frame
 
     speedups = {}
@@ -247,7 +246,7 @@ def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict) 
     ok = all(e["correctness"]["allclose_vs_fp32"] and e["correctness"]["allclose_vs_fp64"]
              for e in entries.values() if e["kind"] == "scratchops")
     result = {"name": module.NAME, "batch": batch, "input_shape": list(shape),
-              "implementations": entries, "speedups": speedups, "ok": ok, "notes": notes}
+              "implementations": entries, "speedups": speedups, "ok": ok}
     print(problem_table(key, result))
     return result
 
@@ -278,7 +277,6 @@ def problem_table(key: str, result: dict) -> str:
         rows = [[entries[k]["label"], *(bench.fmt(s[t], ".2f") for t in torch_keys)]
                 for k, s in result["speedups"].items()]
         lines += ["", bench.format_table(columns, rows)]
-    lines += [f"note: {n}" for n in result["notes"]]
     return "\n".join(lines)
 
 
