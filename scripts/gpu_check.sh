@@ -35,7 +35,7 @@ run_step() {  # run_step NAME TIMEOUT_SECONDS COMMAND...
 for step in "${STEPS[@]}"; do
     case $step in
     env) run_step env 60 sh -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv; $PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'; nvcc --version | tail -n 2" ;;
-    install) run_step install 300 $PY -m pip install --no-deps --no-build-isolation -e . ;;
+    install) run_step install 300 $PY -m pip install --no-build-isolation -e . ;;  # the README's command
     build) run_step build 600 env SCRATCHOPS_VERBOSE_BUILD=1 $PY -c "import scratchops, time; t = time.time(); scratchops.load(); print(f'kernels loaded in {time.time() - t:.1f} s')" ;;
     pytest) run_step pytest 900 $PY -m pytest tests -q -rs -p no:cacheprovider --durations=12 ;;
     memcheck) run_step memcheck 600 $SANITIZE --tool memcheck $PY scripts/sanitize_driver.py ;;
