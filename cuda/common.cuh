@@ -61,4 +61,21 @@ cudaError_t launch_per_plane(const float* x, float* y, int batch, int channels, 
     return cudaGetLastError();
 }
 
+// ------------------------------------------------------------------------ fast division
+// n / d for 0 <= n < 2^31 and a divisor d >= 1 fixed for a launch, as a multiply-high and a
+// shift (Granlund-Montgomery): with l = ceil(log2 d) and m = ceil(2^(32+l) / d) - 2^32,
+// n / d = (umulhi(m, n) + n) >> l. Set up on the host, where dividing is cheap.
+struct FastDiv {
+    uint32_t divisor, multiplier, shift;
+    FastDiv() = default;
+    explicit FastDiv(uint32_t d) : divisor(d), multiplier(0), shift(0) {
+        while ((1ull << shift) < d) ++shift;
+        multiplier = static_cast<uint32_t>(((1ull << (32 + shift)) + d - 1) / d - (1ull << 32));
+    }
+    __device__ __forceinline__ int div(int n) const {
+        const uint32_t hi = __umulhi(multiplier, static_cast<uint32_t>(n));
+        return static_cast<int>((hi + static_cast<uint32_t>(n)) >> shift);
+    }
+};
+
 }  // namespace scratchops

@@ -15,6 +15,12 @@
 //                      8 rows of A are contiguous like its 8 columns of B. The block tile is
 //                      128x128 (256 threads), or 64x128 (128 threads) when M <= 64, so a
 //                      64-row problem such as P85's convolution does not waste half a block.
+//   v5 tensor cores    fp32-accurate on Hopper's tensor cores (sm_90a wgmma, 3xTF32): each
+//                      fp32 operand is split into two TF32 parts and each product is carried
+//                      by three TF32 products; B is packed once per call into the exact
+//                      shared-memory tiles, A goes from global memory straight to registers.
+//                      The engine and its reasons are in tf32x3.cuh. Needs a workspace for
+//                      the packed B (gemm_tf32x3_workspace_bytes) and an sm_90 GPU.
 //
 // Every version handles any M, N, K >= 1 (edges are zero-filled on load and masked on
 // store) and any leading dimensions, and fuses the optional per-row bias into the store.
@@ -22,6 +28,7 @@
 // than 2^31 elements); the batch offset is 64-bit.
 
 #include "launchers.h"
+#include "tf32x3.cuh"
 
 namespace scratchops {
 namespace {
@@ -236,6 +243,143 @@ int max_rows_per_launch(int version) {
 }
 
 }  // namespace
+
+// -------------------------------------------------------------- v5: tensor cores (3xTF32)
+// (A named namespace: in a build without sm_90a the kernel using these is empty, and unused
+// members of an unnamed namespace would draw warnings.)
+namespace gemm_v5 {
+
+// A's rows for the tensor-core engine: row m of batch entry b is a + b * stride_a + m * lda.
+struct RowMajorRows {
+    const float* a;
+    int m, k, lda;
+    long long stride_a;
+    bool pairs_aligned;  // lda even and a 8-byte aligned: a pair of values is one 8-byte load
+    struct Row {
+        long long offset;  // of row m's first value; -1 past the last row
+    };
+    struct KBlock {
+        int k0, count;  // the thread's first k, and how many of its 8 exist
+    };
+    __device__ Row row(int batch, int r) const {
+        return {r < m ? batch * stride_a + static_cast<long long>(r) * lda : -1};
+    }
+    __device__ KBlock kblock(int kb, int t) const {
+        const int k0 = kb * tf32x3::kBlockK + 8 * t;
+        return {k0, min(8, k - k0)};
+    }
+    __device__ tf32x3::KPtr kptr(const Row& r, const KBlock& b) const {
+        // Offsets fit in 32 bits: A holds fewer than 2^31 elements (the caller checks).
+        return {r.offset < 0 ? 0 : static_cast<int>(r.offset) + b.k0, r.offset < 0 ? 0 : b.count};
+    }
+    __device__ float2 fetch2(const tf32x3::KPtr& p, int e) const {
+        const float* q = a + p.offset + e;
+        if (pairs_aligned) {  // one 8-byte load, or at an odd K's end the first value alone
+            const float2 pair = load2_or_zero(q, p.count >= e + 2);
+            const float last = load_or_zero(q, p.count == e + 1);
+            return p.count >= e + 2 ? pair : make_float2(last, 0.0f);
+        }
+        return make_float2(load_or_zero(q, e < p.count), load_or_zero(q + 1, e + 1 < p.count));
+    }
+};
+
+// B (K x N row-major, batch stride stride_b) as the engine's N x K matrix B(entry, n, k).
+struct RowMajorB {
+    const float* b;
+    int n, k, ldb;
+    long long stride_b;
+    __device__ float operator()(int entry, int col, int row) const {
+        return col < n && row < k ? b[entry * stride_b + static_cast<long long>(row) * ldb + col]
+                                  : 0.0f;
+    }
+};
+
+// C = A @ B + bias[row], row-major with leading dimension ldc.
+struct RowMajorStore {
+    float* c;
+    const float* bias;  // may be nullptr
+    int m, n, ldc;
+    long long stride_c;
+    bool pairs_aligned;
+    struct Prepared {};
+    __device__ Prepared prepare(const tf32x3::TileCoords&) const { return {}; }
+    template <int BN, int MB>
+    __device__ void store(const float (&acc)[MB][BN / 2], const tf32x3::TileCoords& tc,
+                          const Prepared&) const {
+        const int t = tc.lane % 4;
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = tc.m0 + tc.warpgroup * 64 * MB + mb * 64 + tc.warp * 16 +
+                              tc.lane / 4 + 8 * h;
+                if (r >= m) continue;
+                const float row_bias = bias != nullptr ? bias[r] : 0.0f;
+                float* out = c + tc.batch * stride_c + static_cast<long long>(r) * ldc;
+#pragma unroll
+                for (int nb = 0; nb < BN / 8; ++nb) {
+                    const int col = tc.n0 + 8 * nb + 2 * t;
+                    const float v0 = acc[mb][4 * nb + 2 * h] + row_bias;
+                    const float v1 = acc[mb][4 * nb + 2 * h + 1] + row_bias;
+                    if (pairs_aligned && col + 1 < n) {
+                        *reinterpret_cast<float2*>(out + col) = make_float2(v0, v1);
+                    } else {
+                        if (col < n) out[col] = v0;
+                        if (col + 1 < n) out[col + 1] = v1;
+                    }
+                }
+            }
+    }
+};
+
+constexpr int kTcBN = 128, kTcMB = 1, kTcStages = 4;
+
+inline tf32x3::PackedB tc_layout(int n, int k, int entries) {
+    return tf32x3::packed_b_layout(kTcBN, n, k, entries);
+}
+
+}  // namespace gemm_v5
+
+
+
+long long gemm_tf32x3_workspace_bytes(int n, int k, int batch, long long stride_b) {
+    using gemm_v5::tc_layout;
+    return tc_layout(n, k, stride_b == 0 ? 1 : batch).bytes();
+}
+
+cudaError_t gemm_tf32x3_launch(const float* A, const float* B, const float* bias, float* C, int M,
+                               int N, int K, int lda, int ldb, int ldc, long long stride_a,
+                               long long stride_b, long long stride_c, int batch,
+                               void* workspace, long long workspace_bytes, cudaStream_t stream) {
+    using namespace gemm_v5;
+    if (M <= 0 || N <= 0 || batch <= 0) return cudaSuccess;  // nothing to write
+    const bool b_shared = stride_b == 0;
+    // Batch entries per launch: all of them, or (a batched B) as many as the workspace holds.
+    const long long per_entry = tc_layout(N, K, 1).tiles_bytes();
+    const long long room = workspace_bytes - tc_layout(N, K, 0).bytes();  // minus the flags
+    const int chunk = b_shared ? batch
+                               : static_cast<int>(room / per_entry < batch ? room / per_entry
+                                                                           : batch);
+    if (chunk <= 0) return cudaErrorInvalidValue;  // the workspace holds not even one B
+    auto* packed = static_cast<uint8_t*>(workspace);
+    const bool a_pairs = lda % 2 == 0 && stride_a % 2 == 0 &&
+                         reinterpret_cast<uintptr_t>(A) % 8 == 0;
+    const bool c_pairs = ldc % 2 == 0 && stride_c % 2 == 0 &&
+                         reinterpret_cast<uintptr_t>(C) % 8 == 0;
+    for (int b0 = 0; b0 < batch; b0 += chunk) {
+        const int count = batch - b0 < chunk ? batch - b0 : chunk;
+        const tf32x3::PackedB layout = tc_layout(N, K, b_shared ? 1 : count);
+        cudaError_t err = tf32x3::pack_b<kTcBN>(
+            RowMajorB{B + b0 * stride_b, N, K, ldb, stride_b}, packed, layout, stream);
+        if (err != cudaSuccess) return err;
+        err = tf32x3::launch<kTcBN, kTcMB, kTcStages>(
+            RowMajorRows{A + b0 * stride_a, M, K, lda, stride_a, a_pairs},
+            RowMajorStore{C + b0 * stride_c, bias, M, N, ldc, stride_c, c_pairs}, packed, layout,
+            M, count, b_shared, stream);
+        if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
 
 cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
                         int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,

@@ -32,6 +32,16 @@ cudaError_t gemm_launch(int version, const float* A, const float* B, const float
                         int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,
                         long long stride_b, long long stride_c, int batch, cudaStream_t stream);
 
+// gemm v5 (tensor cores, 3xTF32, sm_90a): the same product, with a workspace for B packed
+// into shared-memory tiles (gemm_tf32x3_workspace_bytes; 16-byte aligned). With a batched B
+// (stride_b != 0) a smaller workspace is used a chunk of batch entries at a time, but it must
+// hold at least one entry's B. Needs an sm_90 GPU and an sm_90a build.
+long long gemm_tf32x3_workspace_bytes(int n, int k, int batch, long long stride_b);
+cudaError_t gemm_tf32x3_launch(const float* A, const float* B, const float* bias, float* C, int M,
+                               int N, int K, int lda, int ldb, int ldc, long long stride_a,
+                               long long stride_b, long long stride_c, int batch,
+                               void* workspace, long long workspace_bytes, cudaStream_t stream);
+
 // --------------------------------------------------------- conv_im2col.cu
 // Column matrix for a chunk of a convolution's output pixels, as
 // torch.nn.functional.unfold lays it out:
@@ -54,6 +64,49 @@ constexpr int kIm2colDefaultVersion = 2;  // what conv2d uses
 cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,
                           cudaStream_t stream);
+
+// ------------------------------------------------------------ conv_implicit.cu (sm_90a)
+// y = conv2d(x, weight) + bias as an implicit GEMM on the tensor cores (3xTF32), then an
+// optional elementwise tail: kMinAddMul (P31) gives y = (min(y, constant) + bias[co]) * factor.
+// x: batch images of g.channels x g.height x g.width; y: batch x out_channels x out_h x out_w.
+// The weights are first packed (conv2d_implicit_pack into a buffer of
+// conv2d_implicit_packed_bytes, 16-byte aligned); a packed buffer serves any number of
+// launches while the weights do not change. Needs an sm_90 GPU and an sm_90a build.
+struct ConvTail {
+    enum Kind { kNone = 0, kMinAddMul = 1 };
+    int kind;
+    float constant;
+    const float* bias;  // kMinAddMul: one value per output channel
+    float factor;
+};
+long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels);
+cudaError_t conv2d_implicit_pack(const float* weight, int out_channels, const Conv2dGeometry& g,
+                                 void* packed, cudaStream_t stream);
+cudaError_t conv2d_implicit_launch(const float* x, const void* packed, const float* bias,
+                                   float* y, int batch, int out_channels,
+                                   const Conv2dGeometry& g, const ConvTail& tail,
+                                   cudaStream_t stream);
+
+// ------------------------------------------------------------- conv_gn_pool.cu (sm_90a)
+// P85 in one pass: y = clamp(max_pool2d(group_norm(conv2d(x) + conv_bias) * scale, 4), lo, hi),
+// the convolution's output never written (the derivation is at the top of the file). y is
+// batch x out_channels x (out_h / 4) x (out_w / 4). The weights are packed as for
+// conv2d_implicit_launch (conv2d_implicit_pack). Covers out_channels <= 64 (divisible by
+// groups), out_h and out_w >= 4; returns cudaErrorInvalidValue otherwise. workspace:
+// conv_gn_pool_workspace_bytes (statistics and window extremes), 16-byte aligned.
+struct GnPoolArgs {
+    const float* conv_bias;  // (Cout) or nullptr
+    const float* gamma;      // group norm weight (Cout) or nullptr
+    const float* beta;       // group norm bias (Cout) or nullptr
+    const float* scale;      // (Cout) or nullptr
+    int groups;
+    float eps, lo, hi;
+};
+long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
+                                       int groups);
+cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPoolArgs& args,
+                                float* y, int batch, int out_channels, const Conv2dGeometry& g,
+                                void* workspace, cudaStream_t stream);
 
 // ------------------------------------------------------------------ groupnorm.cu
 // y = group_norm(x) over an (batch, channels, plane_size) tensor with `groups` groups

@@ -1,0 +1,323 @@
+// conv_gn_pool.cu — P85 in one pass over its input: conv2d -> group norm -> x * scale ->
+// max_pool2d(4) -> clamp, where the convolution's output never reaches global memory.
+//
+// Why one pass is possible. Per (sample n, channel c), group norm followed by the scale is
+// an affine map y = ((x - mean) * rstd * gamma_c + beta_c) * scale_c of the conv output x,
+// with rstd > 0: it is non-decreasing in x when gamma_c * scale_c >= 0 and non-increasing
+// otherwise, and so is its fp32 evaluation (each step rounds monotonically). So the max over
+// a pooling window of y is the map applied to the window's max of x, or to its min when
+// gamma_c * scale_c < 0, and which one is known from the parameters before the convolution
+// runs. The statistics need every conv output of the group (the whole plane, also the rows
+// and columns no window covers); the pooling needs only one extreme per window.
+//
+// Versions:
+//   v1 two kernels. (1) The implicit-GEMM convolution (tf32x3.cuh, conv_implicit.cuh) on
+//      tiles of 4 output rows x 32 columns (one band of pooling windows), whose epilogue,
+//      instead of storing the tile, writes (a) per (sample, tile, group) the tile's mean and
+//      sum of squared deviations (two passes over the values in registers: exact centering,
+//      no cancellation when |mean| >> std), and (b) per (sample, channel, window) the max or
+//      the min of the conv values. (2) A finalize kernel, one block per (sample, group),
+//      merges the tiles' statistics in a fixed order (Chan's formula: deterministic, no
+//      atomics), then maps each window's extreme through the affine map and clamps.
+//   Memory traffic (P85 at batch 128): the input once (67 MB, plus cache re-reads), the
+//   extremes written and read once (16 MB each), the output (32 MB), the statistics (1 MB).
+#include "conv_implicit.cuh"
+
+namespace scratchops {
+namespace conv_gn_pool {
+
+using conv_tc::ConvGeometryFast;
+using tf32x3::TileCoords;
+
+constexpr int kPool = 4;                       // pooling window and stride (P85's MaxPool2d(4))
+constexpr int kBandCols = 32;                  // a tile: kPool rows x 32 columns = 128 GEMM rows
+constexpr int kTileRows = kPool * kBandCols;   // = 2 warpgroups x 64
+enum : int { kWindowsPerTile = kBandCols / kPool };  // (an enum: unused without sm_90a)
+constexpr int kBN = 64, kMB = 1, kStages = 8;  // every output channel in one tile
+static_assert(kTileRows == tf32x3::kConsumerWarpgroups * 64 * kMB, "a tile is one band");
+
+// Tile order: tile = (n * bands + band) * col_blocks + col_block; GEMM row m of the tile
+// kTileRows * tile + i is output pixel (4 * band + i / 32, 32 * col_block + i % 32).
+struct BandPixels {
+    int tiles_per_image, col_blocks;
+    FastDiv by_tiles, by_col_blocks;
+    __device__ void tile(int t, int& n, int& band, int& col_block) const {
+        n = by_tiles.div(t);
+        const int rest = t - n * tiles_per_image;
+        band = by_col_blocks.div(rest);
+        col_block = rest - band * col_blocks;
+    }
+    __device__ bool pixel(const ConvGeometryFast& f, int m, int& n, int& oh, int& ow) const {
+        int band, col_block;
+        tile(m / kTileRows, n, band, col_block);
+        const int i = m % kTileRows;
+        oh = kPool * band + i / kBandCols;
+        ow = kBandCols * col_block + i % kBandCols;
+        return n < f.batch && oh < f.g.out_h && ow < f.g.out_w;
+    }
+};
+
+struct Params {
+    const float* conv_bias;  // (Cout) or nullptr
+    const float* gamma;      // group norm weight (Cout) or nullptr (1)
+    const float* scale;      // (Cout) or nullptr (1)
+    float* tile_stats;       // [n][tile][group]{mean, m2}
+    float* extremes;         // [n][channel][pool_h][pool_w]
+    int groups, pool_h, pool_w;
+};
+
+__device__ __forceinline__ void consumers_sync() {  // the 256 consumer threads only
+    asm volatile("bar.sync 1, %0;" ::"n"(128 * tf32x3::kConsumerWarpgroups) : "memory");
+}
+
+// The epilogue: statistics and window extremes of one tile (see the top).
+struct StatsAndExtremes {
+    Params p;
+    ConvGeometryFast f;
+    BandPixels bands;
+
+    // Window extremes are maxima of sign * x, sign = -1 where gamma * scale < 0 (a minimum:
+    // min x = -max(-x)), so one NaN-propagating max serves both, without a branch.
+    __device__ float extreme_sign(int co) const {
+        const float gam = p.gamma != nullptr && co < f.cout ? p.gamma[co] : 1.0f;
+        const float sc = p.scale != nullptr && co < f.cout ? p.scale[co] : 1.0f;
+        return gam * sc < 0.0f ? -1.0f : 1.0f;
+    }
+    // Per thread, once: its 16 channels 8 nb + 2t + j (element 2 nb + j) bias and sign, and the
+    // sign of the channel it combines across rows (thread 32 w + lane: channel lane % 64).
+    struct Prepared {
+        float bias[kBN / 4], sign[kBN / 4];
+        float combine_sign;
+    };
+    __device__ Prepared prepare(const TileCoords& tc) const {
+        Prepared prep;
+        const int t = tc.lane % 4;
+#pragma unroll
+        for (int i = 0; i < kBN / 4; ++i) {
+            const int co = 8 * (i / 2) + 2 * t + i % 2;
+            prep.bias[i] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
+            prep.sign[i] = extreme_sign(co);
+        }
+        prep.combine_sign = extreme_sign((32 * (4 * tc.warpgroup + tc.warp) + tc.lane) % kBN);
+        return prep;
+    }
+
+    template <int BN, int MB>
+    __device__ void store(const float (&acc)[MB][BN / 2], const TileCoords& tc,
+                          const Prepared& prep) const {
+        static_assert(BN == kBN && MB == kMB, "one tile shape");
+        __shared__ float partial[8][kBN];  // per consumer warp and channel
+        __shared__ float group_mean[kBN];
+        __shared__ float extreme[kPool][kWindowsPerTile][kBN];  // [band row][window][channel]
+        const int t = tc.lane % 4, g = tc.lane / 4;
+        const int cwarp = 4 * tc.warpgroup + tc.warp;  // 0..7
+        const int cthread = 32 * cwarp + tc.lane;      // 0..255
+        int n, band, col_block;
+        bands.tile(tc.m0 / kTileRows, n, band, col_block);
+        // This warp's band row and this thread's two columns (h = 0, 1).
+        const int row = 2 * tc.warpgroup + tc.warp / 2;
+        const int oh = kPool * band + row;
+        bool valid[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int ow = kBandCols * col_block + 16 * (tc.warp % 2) + g + 8 * h;
+            valid[h] = oh < f.g.out_h && ow < f.g.out_w;
+        }
+        // The conv values: element 4 nb + 2h + j is (column h, channel 8 nb + 2t + j).
+        float v[BN / 2];
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) v[i] = acc[0][i] + prep.bias[2 * (i / 4) + i % 2];
+        const int cpg = f.cout / p.groups;
+        const int rows_here = min(kPool, f.g.out_h - kPool * band);
+        const int cols_here = min(kBandCols, f.g.out_w - kBandCols * col_block);
+        const float count = static_cast<float>(rows_here * cols_here * cpg);
+
+        // Per-channel sums over this tile's valid pixels: a thread's 2 columns, then its warp's
+        // 8 lanes g (xor 4, 8, 16), then the 8 warps in a fixed order.
+        auto channel_sums_to_partial = [&](auto term) {
+#pragma unroll
+            for (int nb = 0; nb < BN / 8; ++nb)
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int co = 8 * nb + 2 * t + j;
+                    float s = (valid[0] ? term(v[4 * nb + j], co) : 0.0f) +
+                              (valid[1] ? term(v[4 * nb + 2 + j], co) : 0.0f);
+                    s += __shfl_xor_sync(0xffffffffu, s, 4);
+                    s += __shfl_xor_sync(0xffffffffu, s, 8);
+                    s += __shfl_xor_sync(0xffffffffu, s, 16);
+                    if (g == 0) partial[cwarp][co] = s;
+                }
+        };
+        auto group_total = [&](int group) {
+            float s = 0.0f;
+            for (int co = group * cpg; co < (group + 1) * cpg; ++co)
+#pragma unroll
+                for (int w = 0; w < 8; ++w) s += partial[w][co];
+            return s;
+        };
+
+        channel_sums_to_partial([](float x, int) { return x; });
+        consumers_sync();
+        if (cthread < p.groups) group_mean[cthread] = group_total(cthread) / count;
+        consumers_sync();
+        channel_sums_to_partial([&](float x, int co) {
+            const float d = x - group_mean[co / cpg];
+            return d * d;
+        });
+        consumers_sync();
+        if (cthread < p.groups) {
+            float* out = p.tile_stats +
+                         (static_cast<long long>(tc.m0 / kTileRows) * p.groups + cthread) * 2;
+            out[0] = group_mean[cthread];
+            out[1] = group_total(cthread);
+        }
+
+        // Window extremes: over a window's 4 columns, lanes g, g ^ 1, g ^ 2, g ^ 3 (xor 4, 8);
+        // then over its 4 rows, which are 4 warps, through shared memory.
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) {
+            float e = prep.sign[2 * (i / 4) + i % 2] * v[i];
+            e = nan_max(e, __shfl_xor_sync(0xffffffffu, e, 4));
+            e = nan_max(e, __shfl_xor_sync(0xffffffffu, e, 8));
+            const int nb = i / 4, h = (i / 2) % 2, j = i % 2;
+            if (g % 4 == 0)
+                extreme[row][4 * (tc.warp % 2) + 2 * h + g / 4][8 * nb + 2 * t + j] = e;
+        }
+        consumers_sync();
+        for (int i = cthread; i < kWindowsPerTile * kBN; i += 128 * tf32x3::kConsumerWarpgroups) {
+            const int w = i / kBN, co = i % kBN;  // co = cthread % kBN: prep.combine_sign's
+            const int wc = kWindowsPerTile * col_block + w;
+            if (co >= f.cout || band >= p.pool_h || wc >= p.pool_w) continue;
+            float e = extreme[0][w][co];
+#pragma unroll
+            for (int r = 1; r < kPool; ++r) e = nan_max(e, extreme[r][w][co]);
+            p.extremes[((static_cast<long long>(n) * f.cout + co) * p.pool_h + band) * p.pool_w +
+                       wc] = prep.combine_sign * e;
+        }
+        consumers_sync();  // the shared arrays are free for the next tile
+    }
+};
+
+// One block per (sample n, group): merge the tiles' statistics, then write the group's
+// channels' pooled, normalised, scaled and clamped outputs.
+constexpr int kFinalizeThreads = 256;
+
+__global__ void __launch_bounds__(kFinalizeThreads)
+    finalize_kernel(const float* __restrict__ tile_stats, const float* __restrict__ extremes,
+                    const float* __restrict__ gamma, const float* __restrict__ beta,
+                    const float* __restrict__ scale, float* __restrict__ y, int cout, int groups,
+                    BandPixels bands, int out_h, int out_w, int pool_h, int pool_w, float eps,
+                    float lo, float hi) {
+    const int n = blockIdx.x / groups, group = blockIdx.x % groups;
+    const int cpg = cout / groups;
+    // Each thread merges tiles tid, tid + T, ... (T = blockDim.x) in order; then a fixed tree.
+    float count = 0.0f, mean = 0.0f, m2 = 0.0f;
+    for (int tile = threadIdx.x; tile < bands.tiles_per_image; tile += kFinalizeThreads) {
+        const int band = tile / bands.col_blocks, col_block = tile % bands.col_blocks;
+        const float c = static_cast<float>(min(kPool, out_h - kPool * band) *
+                                           min(kBandCols, out_w - kBandCols * col_block) * cpg);
+        const float* s = tile_stats +
+                         ((static_cast<long long>(n) * bands.tiles_per_image + tile) * groups +
+                          group) * 2;
+        // Chan et al.: the union of (count, mean, m2) and (c, s[0], s[1]).
+        const float total = count + c, delta = s[0] - mean, share = c / total;
+        mean += delta * share;
+        m2 += s[1] + delta * delta * count * share;
+        count = total;
+    }
+    __shared__ float merge_count[kFinalizeThreads], merge_mean[kFinalizeThreads],
+        merge_m2[kFinalizeThreads];
+    merge_count[threadIdx.x] = count;
+    merge_mean[threadIdx.x] = mean;
+    merge_m2[threadIdx.x] = m2;
+    __syncthreads();
+    for (int stride = kFinalizeThreads / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) {
+            const float c = merge_count[threadIdx.x + stride];
+            if (c > 0.0f) {
+                const float total = merge_count[threadIdx.x] + c;
+                const float delta = merge_mean[threadIdx.x + stride] - merge_mean[threadIdx.x];
+                const float share = c / total;
+                merge_mean[threadIdx.x] += delta * share;
+                merge_m2[threadIdx.x] += merge_m2[threadIdx.x + stride] +
+                                         delta * delta * merge_count[threadIdx.x] * share;
+                merge_count[threadIdx.x] = total;
+            }
+        }
+        __syncthreads();
+    }
+    const float group_mean = merge_mean[0];
+    const float variance = fmaxf(merge_m2[0] / merge_count[0], 0.0f);  // biased, as torch
+    const float rstd = 1.0f / sqrtf(variance + eps);
+
+    const int windows = pool_h * pool_w;
+    for (int i = threadIdx.x; i < cpg * windows; i += kFinalizeThreads) {
+        const int co = group * cpg + i / windows;
+        const long long at = (static_cast<long long>(n) * cout + co) * windows + i % windows;
+        const float g = gamma != nullptr ? gamma[co] : 1.0f;
+        const float b = beta != nullptr ? beta[co] : 0.0f;
+        const float s = scale != nullptr ? scale[co] : 1.0f;
+        const float v = ((extremes[at] - group_mean) * rstd * g + b) * s;
+        y[at] = nan_min(nan_max(v, lo), hi);
+    }
+}
+
+BandPixels band_pixels(const Conv2dGeometry& g) {
+    BandPixels b;
+    const int bands = (g.out_h + kPool - 1) / kPool;
+    b.col_blocks = (g.out_w + kBandCols - 1) / kBandCols;
+    b.tiles_per_image = bands * b.col_blocks;
+    b.by_tiles = FastDiv(static_cast<uint32_t>(b.tiles_per_image));
+    b.by_col_blocks = FastDiv(static_cast<uint32_t>(b.col_blocks));
+    return b;
+}
+
+long long stats_floats(int batch, const Conv2dGeometry& g, int groups) {
+    return static_cast<long long>(batch) * band_pixels(g).tiles_per_image * groups * 2;
+}
+
+}  // namespace conv_gn_pool
+
+long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
+                                       int groups) {
+    using namespace conv_gn_pool;
+    const long long extremes =
+        static_cast<long long>(batch) * out_channels * (g.out_h / kPool) * (g.out_w / kPool);
+    return 4 * (stats_floats(batch, g, groups) + extremes);
+}
+
+cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPoolArgs& a, float* y,
+                                int batch, int out_channels, const Conv2dGeometry& g,
+                                void* workspace, cudaStream_t stream) {
+    using namespace conv_gn_pool;
+    if (batch <= 0) return cudaSuccess;
+    if (out_channels <= 0 || out_channels > kBN || a.groups <= 0 ||
+        out_channels % a.groups != 0 || g.out_h < kPool || g.out_w < kPool)
+        return cudaErrorInvalidValue;  // the caller picks the three-stage chain for these
+    const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
+    const BandPixels bands = band_pixels(g);
+    auto* stats = static_cast<float*>(workspace);
+    float* extremes = stats + stats_floats(batch, g, a.groups);
+    const Params params{a.conv_bias, a.gamma, a.scale, stats, extremes, a.groups, g.out_h / kPool,
+                        g.out_w / kPool};
+    const tf32x3::PackedB layout = conv_tc::weight_layout(g, out_channels, kBN);
+    const long long rows = static_cast<long long>(batch) * bands.tiles_per_image * kTileRows;
+    if (rows > 0x7fffffffLL) return cudaErrorInvalidValue;
+    const StatsAndExtremes epilogue{params, f, bands};
+    const auto* p = static_cast<const uint8_t*>(packed);
+    cudaError_t err =
+        g.channels % 8 == 0
+            ? tf32x3::launch<kBN, kMB, kStages>(
+                  conv_tc::Im2colRows<true, BandPixels>{x, f, bands}, epilogue, p, layout,
+                  static_cast<int>(rows), 1, true, stream)
+            : tf32x3::launch<kBN, kMB, kStages>(
+                  conv_tc::Im2colRows<false, BandPixels>{x, f, bands}, epilogue, p, layout,
+                  static_cast<int>(rows), 1, true, stream);
+    if (err != cudaSuccess) return err;
+    finalize_kernel<<<batch * a.groups, kFinalizeThreads, 0, stream>>>(
+        stats, extremes, a.gamma, a.beta, a.scale, y, out_channels, a.groups, bands, g.out_h,
+        g.out_w, g.out_h / kPool, g.out_w / kPool, a.eps, a.lo, a.hi);
+    return cudaGetLastError();
+}
+
+}  // namespace scratchops

@@ -1,0 +1,131 @@
+// conv_implicit.cu — 2-D convolution as an implicit GEMM on the tensor cores, fp32-accurate
+// (3xTF32, the engine in tf32x3.cuh), with the bias and an optional elementwise tail fused
+// into the store.
+//
+// The GEMM: row m = output pixel (n, oh, ow) of M = N * OH * OW, column = output channel,
+// k = tap * cin_pad + ci with tap = r * S + s and cin_pad = Cin rounded up to 8 (so a thread's
+// 8 consecutive k, see tf32x3.cuh, are 8 channels of one tap). A[m][k] is the input value
+// under tap (r, s) of pixel m in channel ci, read straight from the NCHW input: the im2col
+// matrix of conv_im2col.cu is never written. B = the weights, packed once per call.
+//
+// Versions (conv2d's algorithm="implicit_gemm"; conv_im2col.cu + gemm.cu stay the
+// educational "im2col_gemm" path):
+//   v1 implicit GEMM, 3xTF32 wgmma: a row's 8 values of a k-block are 8 channels at one tap,
+//      loaded with the channel plane (H * W) as stride; with Cin a multiple of 8 they are all
+//      present or all absent (padding, past the last tap), and absent ones come from a zero
+//      page with stride 0, unpredicated. Epilogues: + bias, or P31's
+//      (min(conv + bias, c) + bias2[co]) * factor in the same store.
+#include "conv_implicit.cuh"
+
+namespace scratchops {
+namespace conv_tc {  // (named: in a build without sm_90a the kernel using it is empty)
+
+// The store: y (N, Cout, OH, OW) = conv + bias, or P31's tail.
+struct ConvStore {
+    float* y;
+    const float* bias;  // may be nullptr
+    ConvTail tail;
+    ConvGeometryFast f;
+    struct Prepared {};
+    __device__ Prepared prepare(const TileCoords&) const { return {}; }
+    template <int BN, int MB>
+    __device__ void store(const float (&acc)[MB][BN / 2], const TileCoords& tc,
+                          const Prepared&) const {
+        const int pixels = f.g.out_h * f.g.out_w;
+        const int t = tc.lane % 4;
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+            const int row = tc.m0 + tc.warpgroup * 64 * MB + mb * 64 + tc.warp * 16 + tc.lane / 4;
+            float* out[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int m = row + 8 * h;
+                const int n = f.by_pixels.div(m), p = m - n * pixels;
+                out[h] = m < f.batch * pixels ? y + n * f.cout * pixels + p : nullptr;
+            }
+            // Columns in groups of up to 4 blocks of 8: a group's parameters are loaded
+            // together, then used for both rows.
+            constexpr int kGroup = BN / 8 < 4 ? BN / 8 : 4;
+#pragma unroll
+            for (int nb0 = 0; nb0 < BN / 8; nb0 += kGroup) {
+                float add[2 * kGroup], add2[2 * kGroup];
+#pragma unroll
+                for (int i = 0; i < 2 * kGroup; ++i) {
+                    const int co = tc.n0 + 8 * (nb0 + i / 2) + 2 * t + i % 2;
+                    add[i] = bias != nullptr && co < f.cout ? bias[co] : 0.0f;
+                    add2[i] = tail.kind == ConvTail::kMinAddMul && co < f.cout ? tail.bias[co]
+                                                                                : 0.0f;
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    if (out[h] == nullptr) continue;
+#pragma unroll
+                    for (int i = 0; i < 2 * kGroup; ++i) {
+                        const int co = tc.n0 + 8 * (nb0 + i / 2) + 2 * t + i % 2;
+                        float v = acc[mb][4 * (nb0 + i / 2) + 2 * h + i % 2] + add[i];
+                        if (tail.kind == ConvTail::kMinAddMul)
+                            v = (nan_min(v, tail.constant) + add2[i]) * tail.factor;
+                        if (co < f.cout) out[h][co * pixels] = v;
+                    }
+                }
+            }
+        }
+    }
+};
+
+}  // namespace conv_tc
+
+namespace {
+
+using conv_tc::ConvGeometryFast;
+using conv_tc::ConvStore;
+using conv_tc::Im2colRows;
+
+// Tile shapes: Cout <= 64 (P85): 64 columns x 128 rows; wider (P31): 128 x 128.
+constexpr int kNarrowBN = 64, kNarrowMB = 1, kNarrowStages = 8;
+constexpr int kWideBN = 128, kWideMB = 1, kWideStages = 4;
+
+int tile_width(int out_channels) { return out_channels <= kNarrowBN ? kNarrowBN : kWideBN; }
+
+template <int BN, int MB, int STAGES>
+cudaError_t run(const float* x, const uint8_t* packed, const float* bias, float* y, int batch,
+                int out_channels, const Conv2dGeometry& g, const ConvTail& tail,
+                cudaStream_t stream) {
+    const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
+    const ConvStore store{y, bias, tail, f};
+    const int m = batch * g.out_h * g.out_w;
+    const tf32x3::PackedB layout = conv_tc::weight_layout(g, out_channels, BN);
+    if (g.channels % 8 == 0)
+        return tf32x3::launch<BN, MB, STAGES>(Im2colRows<true>{x, f}, store, packed, layout, m,
+                                              1, true, stream);
+    return tf32x3::launch<BN, MB, STAGES>(Im2colRows<false>{x, f}, store, packed, layout, m, 1,
+                                          true, stream);
+}
+
+}  // namespace
+
+long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels) {
+    return conv_tc::weight_layout(g, out_channels, tile_width(out_channels)).bytes();
+}
+
+cudaError_t conv2d_implicit_pack(const float* weight, int out_channels, const Conv2dGeometry& g,
+                                 void* packed, cudaStream_t stream) {
+    return tile_width(out_channels) == kNarrowBN
+               ? conv_tc::pack_weights<kNarrowBN>(weight, out_channels, g, packed, stream)
+               : conv_tc::pack_weights<kWideBN>(weight, out_channels, g, packed, stream);
+}
+
+cudaError_t conv2d_implicit_launch(const float* x, const void* packed, const float* bias,
+                                   float* y, int batch, int out_channels,
+                                   const Conv2dGeometry& g, const ConvTail& tail,
+                                   cudaStream_t stream) {
+    if (batch <= 0 || out_channels <= 0 || g.out_h <= 0 || g.out_w <= 0) return cudaSuccess;
+    const auto* p = static_cast<const uint8_t*>(packed);
+    if (tile_width(out_channels) == kNarrowBN)
+        return run<kNarrowBN, kNarrowMB, kNarrowStages>(x, p, bias, y, batch, out_channels, g,
+                                                        tail, stream);
+    return run<kWideBN, kWideMB, kWideStages>(x, p, bias, y, batch, out_channels, g, tail,
+                                              stream);
+}
+
+}  // namespace scratchops

@@ -1,0 +1,132 @@
+// conv_implicit.cuh — the parts shared by the implicit-GEMM convolutions (conv_implicit.cu,
+// conv_gn_pool.cu): geometry with fast divisions, A's rows read from the NCHW input (the
+// im2col matrix, never written), the weights as the engine's B, and the packed layout.
+// The GEMM: row m = an output pixel (n, oh, ow) in a pixel order, column = output channel,
+// k = tap * cin_pad + ci with tap = r * S + s and cin_pad = Cin rounded up to 8, so that a
+// thread's 8 consecutive k (tf32x3.cuh) are 8 channels at one tap.
+#pragma once
+
+#include "launchers.h"
+#include "tf32x3.cuh"
+
+namespace scratchops {
+namespace conv_tc {
+
+using tf32x3::KPtr;
+using tf32x3::TileCoords;
+
+// Absent values are read from here (stride 0) instead of being predicated one by one.
+// (Unused in a build without sm_90a, where the kernels are empty.)
+__device__ __attribute__((unused)) const float kZeroPage[1] = {0.0f};
+
+struct ConvGeometryFast {
+    Conv2dGeometry g;
+    int batch, cout, cin_pad;
+    FastDiv by_pixels, by_out_w, by_cin_pad, by_s;
+};
+
+// Pixel orders: which output pixel (n, oh, ow) is GEMM row m (false: no pixel).
+// Linear: m = (n * OH + oh) * OW + ow, the order of an NCHW output plane.
+struct LinearPixels {
+    __device__ bool pixel(const ConvGeometryFast& f, int m, int& n, int& oh, int& ow) const {
+        const int pixels = f.g.out_h * f.g.out_w;
+        if (m >= f.batch * pixels) return false;
+        n = f.by_pixels.div(m);
+        const int p = m - n * pixels;
+        oh = f.by_out_w.div(p);
+        ow = p - oh * f.g.out_w;
+        return true;
+    }
+};
+
+// A's rows (see the top), in the pixel order Pixels. kFullBlocks: Cin % 8 == 0.
+template <bool kFullBlocks, class Pixels = LinearPixels>
+struct Im2colRows {
+    const float* x;
+    ConvGeometryFast f;
+    Pixels pixels;
+    struct Row {
+        int offset;    // offset of x[n][0][ih0][iw0] (may lie outside the image)
+        int ih0, iw0;  // ih0 = kNoRow past the last row: no tap is ever inside
+    };
+    enum : int { kNoRow = -(1 << 30) };
+    struct KBlock {
+        int delta;   // (c0 * H + r * dil_h) * W + s * dil_w
+        int dh, dw;  // r * dil_h, s * dil_w
+        int count;   // channels present from c0 (0 past the last tap)
+    };
+    __device__ Row row(int /*batch*/, int m) const {
+        const Conv2dGeometry& g = f.g;
+        int n, oh, ow;
+        if (!pixels.pixel(f, m, n, oh, ow)) return {0, kNoRow, 0};
+        const int ih0 = oh * g.stride_h - g.pad_h, iw0 = ow * g.stride_w - g.pad_w;
+        return {(n * g.channels * g.height + ih0) * g.width + iw0, ih0, iw0};
+    }
+    __device__ KBlock kblock(int kb, int t) const {
+        const Conv2dGeometry& g = f.g;
+        const int k0 = kb * tf32x3::kBlockK + 8 * t;
+        const int tap = f.by_cin_pad.div(k0), c0 = k0 - tap * f.cin_pad;
+        const int r = f.by_s.div(tap), s = tap - r * g.kernel_w;
+        const int dh = r * g.dil_h, dw = s * g.dil_w;
+        const int count = tap < g.kernel_h * g.kernel_w ? min(8, g.channels - c0) : 0;
+        return {(c0 * g.height + dh) * g.width + dw, dh, dw, count};
+    }
+    __device__ KPtr kptr(const Row& row, const KBlock& b) const {
+        const int ih = row.ih0 + b.dh, iw = row.iw0 + b.dw;
+        const bool inside = ih >= 0 && ih < f.g.height && iw >= 0 && iw < f.g.width;
+        return {inside ? row.offset + b.delta : 0, inside ? b.count : 0};
+    }
+    __device__ float2 fetch2(const KPtr& p, int e) const {
+        const int plane = f.g.height * f.g.width;
+        if (kFullBlocks) {
+            const bool present = p.count > 0;
+            const float* q = present ? x + p.offset : kZeroPage;
+            const int stride = present ? plane : 0;
+            return make_float2(load_ordered(q + e * stride), load_ordered(q + (e + 1) * stride));
+        }
+        const float* q = x + p.offset + e * plane;
+        return make_float2(load_or_zero(q, e < p.count), load_or_zero(q + plane, e + 1 < p.count));
+    }
+};
+
+// B: weight (Cout, Cin, R, S) as the N x K matrix B(co, k), 0 outside.
+struct ConvWeights {
+    const float* w;
+    int cout, cin, cin_pad, kernel_h, kernel_w;
+    __device__ float operator()(int /*entry*/, int co, int k) const {
+        const int tap = k / cin_pad, ci = k - tap * cin_pad;
+        if (co >= cout || ci >= cin || tap >= kernel_h * kernel_w) return 0.0f;
+        return w[((co * cin + ci) * kernel_h + tap / kernel_w) * kernel_w + tap % kernel_w];
+    }
+};
+
+inline ConvGeometryFast fast_geometry(const Conv2dGeometry& g, int batch, int out_channels) {
+    ConvGeometryFast f;
+    f.g = g;
+    f.batch = batch;
+    f.cout = out_channels;
+    f.cin_pad = (g.channels + 7) / 8 * 8;
+    f.by_pixels = FastDiv(static_cast<uint32_t>(g.out_h * g.out_w));
+    f.by_out_w = FastDiv(static_cast<uint32_t>(g.out_w));
+    f.by_cin_pad = FastDiv(static_cast<uint32_t>(f.cin_pad));
+    f.by_s = FastDiv(static_cast<uint32_t>(g.kernel_w));
+    return f;
+}
+
+// The packed weights for tiles of bn output channels.
+inline tf32x3::PackedB weight_layout(const Conv2dGeometry& g, int out_channels, int bn) {
+    const int k = g.kernel_h * g.kernel_w * ((g.channels + 7) / 8 * 8);
+    return tf32x3::packed_b_layout(bn, out_channels, k, 1);
+}
+
+template <int BN>
+cudaError_t pack_weights(const float* weight, int out_channels, const Conv2dGeometry& g,
+                         void* packed, cudaStream_t stream) {
+    const ConvWeights src{weight, out_channels, g.channels, (g.channels + 7) / 8 * 8, g.kernel_h,
+                          g.kernel_w};
+    return tf32x3::pack_b<BN>(src, static_cast<uint8_t*>(packed),
+                              weight_layout(g, out_channels, BN), stream);
+}
+
+}  // namespace conv_tc
+}  // namespace scratchops

@@ -1,0 +1,189 @@
+// hopper.cuh — thin wrappers over the instructions the tensor-core kernels use: the TF32 split,
+// predicated loads, mbarriers, the bulk copy engine, register reallocation and wgmma (the
+// last two need sm_90a). Each wrapper is one PTX instruction or a short fixed sequence, so the
+// kernels read as the algorithm. PTX ISA: "cvt", "mbarrier", "cp.async.bulk", "setmaxnreg",
+// "wgmma.mma_async" and "Matrix Descriptor Format".
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace scratchops {
+
+// ------------------------------------------------------------------------ TF32 split (3xTF32)
+// x = big + small, both TF32 (fp32 with the low 13 mantissa bits zero): big is x truncated to
+// TF32 (cvt.rz: one instruction, never overflows), small is the remainder x - big (exact in
+// fp32) rounded to nearest TF32 (add half a TF32 ulp to the bits, then clear the low 13).
+// big*b_big + big*b_small + small*b_big then carries about 21 mantissa bits of each product.
+// Non-finite x: big = x (Inf and NaN travel in the big part) and small = 0; `cross` is the big
+// part to use in the cross terms, 0 for a non-finite x: Inf * (another operand's small part,
+// possibly 0) would be NaN where fp32 gives Inf. So the cross terms are always finite and the
+// big * big term alone carries Inf and NaN, as fp32 arithmetic would.
+struct Tf32Split {
+    uint32_t big, small, cross;
+};
+
+__device__ __forceinline__ Tf32Split split_tf32(float x) {
+    uint32_t big;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm("cvt.rz.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+#else  // cvt.rz.tf32 is sm_90+: truncate by masking, keeping a NaN a NaN
+    big = x != x ? __float_as_uint(x) : __float_as_uint(x) & 0xffffe000u;
+#endif
+    const float remainder = x - __uint_as_float(big);
+    const uint32_t small = (__float_as_uint(remainder) + 0x1000u) & 0xffffe000u;
+    const bool finite = fabsf(x) <= __uint_as_float(0x7f7fffffu);  // false for Inf and NaN
+    return {big, finite ? small : 0u, finite ? big : 0u};
+}
+
+// ---------------------------------------------------------------------- predicated loads
+// A load that happens only when `valid` and gives 0 otherwise, without a branch (the
+// compiler turns `valid ? __ldg(p) : 0` into a branch around every load).
+__device__ __forceinline__ float load_or_zero(const float* p, bool valid) {
+    float v;
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\nmov.b32 %0, 0;\n"
+        "@p ld.global.nc.f32 %0, [%1];\n}\n"
+        : "=f"(v)
+        : "l"(p), "r"(static_cast<int>(valid)));
+    return v;
+}
+__device__ __forceinline__ float2 load2_or_zero(const float* p, bool valid) {
+    float2 v;
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\nmov.b32 %0, 0;\nmov.b32 %1, 0;\n"
+        "@p ld.global.nc.v2.f32 {%0, %1}, [%2];\n}\n"
+        : "=f"(v.x), "=f"(v.y)
+        : "l"(p), "r"(static_cast<int>(valid)));
+    return v;
+}
+
+// A plain load, ordered after the preceding asm volatile statements: used to refill a
+// register only after its previous value has been consumed, so that the compiler neither
+// hoists the load above that use nor copies the loaded value into the loop-carried register
+// (which would wait for the load at once, defeating the prefetch).
+__device__ __forceinline__ float load_ordered(const float* p) {
+    float v;
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
+// ---------------------------------------------------------------------------- shared memory
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ------------------------------------------------------------------------------- mbarriers
+// An mbarrier completes a phase when `count` arrivals have happened and every byte announced
+// with expect_tx has landed; waiters poll the parity of the phase they wait for.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count)
+                 : "memory");
+}
+
+// Make the initialised barriers visible to the async proxy (the bulk copy engine).
+__device__ __forceinline__ void fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+    [[maybe_unused]] uint64_t state;
+    asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];"
+                 : "=l"(state)
+                 : "r"(smem_address(bar))
+                 : "memory");
+}
+
+// One arrival that also announces `bytes` still to come from the copy engine.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    [[maybe_unused]] uint64_t state;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;"
+                 : "=l"(state)
+                 : "r"(smem_address(bar)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(smem_address(bar)), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+    while (!mbarrier_try_wait(bar, parity)) {
+    }
+}
+
+// --------------------------------------------------------------------------- bulk copy
+// Copy `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared
+// memory with the copy engine; completion is counted on `bar` (complete_tx).
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes,
+                                                    uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(smem_address(dst)), "l"(src), "r"(bytes), "r"(smem_address(bar))
+        : "memory");
+}
+
+// -------------------------------------------------------------------------------- wgmma
+// Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle layout: rows of
+// 128 bytes (32 TF32 values along K), 8-row groups of 1024 bytes (stride byte offset), the
+// 16-byte chunk c of row r stored at chunk position c ^ (r % 8). The tile must start on a
+// 1024-byte boundary; `address` may point 32*j bytes into it to select k-step j (of 8 TF32).
+__device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t address) {
+    uint64_t desc = 0;
+    desc |= static_cast<uint64_t>((address & 0x3FFFF) >> 4);  // start address, 16-byte units
+    desc |= static_cast<uint64_t>(1) << 16;                   // leading byte offset (unused)
+    desc |= static_cast<uint64_t>(1024 >> 4) << 32;           // stride byte offset: 8 rows
+    desc |= static_cast<uint64_t>(1) << 62;                   // layout: 128-byte swizzle
+    return desc;
+}
+
+// Move registers between warpgroups (sm_90a): the producer warpgroup gives up most of its
+// registers so the two consumer warpgroups can hold their accumulators.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Register fences for wgmma operands. wgmma reads its A registers and reads/writes its
+// accumulators asynchronously, between issue and wgmma_wait; the compiler does not know
+// that and may move an ordinary read or write of those registers across the wait (seen: a
+// copy of two accumulators hoisted above the final wait, which read stale values). An empty
+// asm that "modifies" each register pins every use to its side of the surrounding waits.
+template <int N>
+__device__ __forceinline__ void pin_registers(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i]));
+}
+template <int N>
+__device__ __forceinline__ void pin_registers(uint32_t (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i]));
+}
+
+}  // namespace scratchops

@@ -1,0 +1,440 @@
+// tf32x3.cuh — the engine of the fp32-accurate tensor-core kernels (gemm v5, implicit-GEMM
+// convolution): D (M x N) = A (M x K) @ B^T, with B given N x K ("K-major"), on Hopper's
+// wgmma (sm_90a), each fp32 product carried by three TF32 products ("3xTF32").
+//
+// The parts, one idea each:
+//   split     x = big + small, both TF32 (hopper.cuh: split_tf32). a*b is then
+//             a_small*b_big + a_big*b_small + a_big*b_big (the cross terms first, with the
+//             "cross" big parts that are 0 for a non-finite value, so Inf and NaN come out as
+//             fp32 gives them); the dropped a_small*b_small is ~2^-22 relative.
+//   B packed  Once per launch, pack_b writes B's big, small and cross parts as the exact bytes
+//             shared memory wants: per (tile of BN rows, k-block of 32), three BN x 128-byte
+//             tiles in the 128-byte swizzle layout. One bulk copy (the copy engine, no thread
+//             work) then moves a k-block's B into shared memory.
+//   A gathered Each consumer thread loads its own rows of A straight from global memory into
+//             registers (a row-major matrix, or an NCHW input read as its im2col rows: no
+//             column matrix ever exists), one k-block ahead, splits them there, and feeds
+//             them to wgmma as its register operand. Nothing of A touches shared memory, which
+//             keeps shared-memory traffic to B's reads (64 bytes a cycle at full rate) and the
+//             copy engine's writes.
+//   partial sums The tensor cores accumulate with truncation; summed over a long K (4096) its
+//             bias grew to 8x cuBLAS SGEMM's error. So each k-block's 12 products go to a
+//             fresh partial sum, added to the running total with an ordinary fp32 add
+//             (round to nearest) once the k-block is done.
+//   roles     One producer warpgroup (a single thread issues the bulk copies into a ring of
+//             STAGES stages, guarded by full/empty mbarriers) and two consumer warpgroups of 64
+//             x MB rows each; setmaxnreg moves registers from the producer to the consumers.
+//   persistent One CTA per SM walks tiles blockIdx.x, + gridDim.x, ...; its k-blocks form one
+//             sequence, so loads for the next tile overlap the current one.
+//
+// Layouts (PTX ISA "Asynchronous Warpgroup Level Matrix Shared Memory Layout" and "Register
+// Fragments"): in a 64-row block, warp q of a warpgroup owns rows 16q .. 16q + 15; lane
+// (g = lane / 4, t = lane % 4) holds A rows g and g + 8 and, of the accumulators, element
+// 4 * nb + 2h + c at (row g + 8h, column 8 nb + 2t + c). The A registers of k-step j hold
+// logical columns 8j + t (a0, a1) and 8j + t + 4 (a2, a3); physical_k() maps logical to
+// physical k so that thread t needs exactly the 8 consecutive physical k [8t, 8t + 8) of a
+// k-block. B's packing applies the same map.
+//
+// Interfaces the kernel is instantiated with:
+//   ALoader: Row row(int batch, int m); KBlock kblock(int kb, int t);
+//            KPtr kptr(Row, KBlock); float2 fetch2(KPtr, int e)   (see gemm.cu, conv_implicit.cu)
+//   Epilogue: Prepared prepare(TileCoords with the thread's place only) once per thread
+//            (per-thread constants, e.g. its columns' parameters), then
+//            void store(const float (&acc)[MB][BN / 2], TileCoords, const Prepared&) for one
+//            tile's accumulators of this thread.
+//   Source (for pack_b): float operator()(int entry, int n, int k), 0 outside B.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "common.cuh"
+#include "hopper.cuh"
+#include "wgmma_tf32.cuh"
+
+namespace scratchops {
+namespace tf32x3 {
+
+constexpr int kBlockK = 32;  // TF32 values per k-block: one 128-byte swizzled row
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+static_assert(128 * kProducerRegisters + 128 * kConsumerWarpgroups * kConsumerRegisters <= 65536,
+              "the register file holds 64K 32-bit registers");
+// pack_b runs at most this many blocks; each writes one "B has a non-finite value" flag,
+// which the main kernel ORs together (so no flag needs clearing before a launch).
+constexpr int kPackBlocks = 256;
+static_assert(kPackBlocks <= kThreads, "every flag is read by one thread of the main kernel");
+
+// Logical column L (0..31) of a k-block, as wgmma sees it, holds physical k = physical_k(L):
+// thread t of a quad needs physical [8t, 8t + 8), in k-step j as (8t + 2j, 8t + 2j + 1).
+__host__ __device__ constexpr int physical_k(int L) {
+    return 8 * (L % 4) + 2 * (L / 8) + (L % 8) / 4;
+}
+
+// Byte offset of logical column L of row n inside one packed tile (128-byte swizzle: the
+// 16-byte chunk c of row n sits at chunk position c ^ (n % 8)).
+__host__ __device__ constexpr int packed_offset(int n, int L) {
+    return n * 128 + (((L / 4) ^ (n % 8)) * 16) + (L % 4) * 4;
+}
+
+// Packed B of `entries` matrices (one, or one per batch entry): per (entry, tile of BN rows,
+// k-block), a stage of three BN x 128-byte tiles (big, small, cross), then kPackBlocks flags.
+struct PackedB {
+    int bn, num_kb, n_tiles, entries;
+    __host__ __device__ long long stage_bytes() const { return 3LL * bn * 128; }
+    __host__ __device__ long long tiles_bytes() const {
+        return static_cast<long long>(entries) * n_tiles * num_kb * stage_bytes();
+    }
+    __host__ __device__ long long bytes() const { return tiles_bytes() + kPackBlocks * 4; }
+};
+
+inline PackedB packed_b_layout(int bn, int n, int k, int entries) {
+    return {bn, (k + kBlockK - 1) / kBlockK, (n + bn - 1) / bn, entries};
+}
+
+// One work item per (entry, tile, k-block, 16-byte chunk c, row n): the chunk holds logical
+// columns 4c .. 4c + 3 of row n, written to each of the three tiles.
+template <int BN, class Source>
+__global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
+    const long long items = static_cast<long long>(layout.entries) * layout.n_tiles *
+                            layout.num_kb * 8 * BN;
+    bool nonfinite = false;
+    for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const int n = static_cast<int>(i % BN);
+        const int c = static_cast<int>((i / BN) % 8);
+        const long long stage = i / (8 * BN);  // = (entry * n_tiles + tile) * num_kb + kb
+        const int kb = static_cast<int>(stage % layout.num_kb);
+        const int tile = static_cast<int>((stage / layout.num_kb) % layout.n_tiles);
+        const int entry = static_cast<int>(stage / (static_cast<long long>(layout.num_kb) *
+                                                    layout.n_tiles));
+        uint32_t big[4], small[4], cross[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const Tf32Split p =
+                split_tf32(src(entry, tile * BN + n, kb * kBlockK + physical_k(4 * c + j)));
+            big[j] = p.big;
+            small[j] = p.small;
+            cross[j] = p.cross;
+            nonfinite = nonfinite || p.cross != p.big;
+        }
+        uint8_t* tiles = packed + stage * layout.stage_bytes();
+        const int offset = packed_offset(n, 4 * c);
+        *reinterpret_cast<uint4*>(tiles + offset) = make_uint4(big[0], big[1], big[2], big[3]);
+        *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
+            make_uint4(small[0], small[1], small[2], small[3]);
+        *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
+            make_uint4(cross[0], cross[1], cross[2], cross[3]);
+    }
+    const int block_nonfinite = __syncthreads_or(nonfinite);
+    if (threadIdx.x == 0)
+        reinterpret_cast<int*>(packed + layout.tiles_bytes())[blockIdx.x] = block_nonfinite;
+}
+
+template <int BN, class Source>
+cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
+                   cudaStream_t stream) {
+    // Always kPackBlocks blocks (a grid-stride loop), so that every flag is written.
+    constexpr int kPackThreads = 256;
+    pack_b_kernel<BN><<<kPackBlocks, kPackThreads, 0, stream>>>(src, packed, layout);
+    return cudaGetLastError();
+}
+
+// A loader's answer for one row and k-block: where the thread's 8 values start (an element
+// offset from the loader's base pointer) and how many of them exist (0: none).
+struct KPtr {
+    int offset;
+    int count;
+};
+
+// Where one tile sits, for the epilogue: batch entry, first row, first column.
+struct TileCoords {
+    int batch, m0, n0;
+    int warpgroup, warp, lane;  // this thread within the consumers
+};
+
+template <int BN, int MB, int STAGES>
+struct Config {
+    static constexpr int kBM = kConsumerWarpgroups * 64 * MB;  // rows of a tile
+    static constexpr int kTileBytes = BN * 128;
+    static constexpr int kStageBytes = 3 * kTileBytes;  // big, small, cross
+    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
+    static_assert(kSmemBytes <= 227 * 1024, "stages must fit in shared memory");
+};
+
+// Tile t (of batch * m_tiles * n_tiles) covers batch entry t / (m_tiles * n_tiles), rows
+// [mt * BM, + BM) and columns [nt * BN, + BN) with mt, nt the rest's quotient and remainder
+// by n_tiles.
+struct TileGrid {
+    int m_tiles, n_tiles, batch;
+    bool b_shared;  // one packed B for every batch entry
+    __device__ void locate(int t, int& b, int& mt, int& nt) const {
+        const int per_entry = m_tiles * n_tiles;
+        b = t / per_entry;
+        const int rest = t - b * per_entry;
+        mt = rest / n_tiles;
+        nt = rest - mt * n_tiles;
+    }
+};
+
+template <int BN, int MB, int STAGES, class ALoader, class Epilogue>
+__global__ void __launch_bounds__(kThreads, 1)
+    tf32x3_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
+                  const PackedB layout, const TileGrid grid) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Cfg = Config<BN, MB, STAGES>;
+    using Mma = WgmmaTf32Rs<BN>;
+    constexpr int kAcc = BN / 2;
+
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ uint64_t full_bar[STAGES], empty_bar[STAGES];
+    // Stage tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
+    const uint32_t raw_addr = smem_address(smem_raw);
+    uint8_t* stages = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
+    const uint32_t stages_addr = smem_address(stages);
+
+    const int total_tiles = grid.batch * grid.m_tiles * grid.n_tiles;
+    const int my_tiles = static_cast<int>(blockIdx.x) < total_tiles
+                             ? (total_tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1
+                             : 0;
+    const int num_kb = layout.num_kb;
+    const int total_iters = my_tiles * num_kb;
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < STAGES; ++i) {
+            mbarrier_init(&full_bar[i], 1);
+            mbarrier_init(&empty_bar[i], 4 * kConsumerWarpgroups);  // one arrival a warp
+        }
+        fence_barrier_init();
+    }
+    // B's cross tiles are loaded and used only when some B value is not finite; otherwise
+    // the big tiles serve the cross terms too.
+    const int* flags = reinterpret_cast<const int*>(packed_b + layout.tiles_bytes());
+    const bool b_cross_tile = __syncthreads_or(threadIdx.x < kPackBlocks && flags[threadIdx.x]);
+    const uint32_t copy_bytes = (b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
+
+    if (threadIdx.x < 128) {
+        // Producer: thread 0 loads iteration jj's B tiles into stage jj % STAGES once the
+        // consumers have released that stage's previous use (iteration jj - STAGES).
+        setmaxnreg_dec<kProducerRegisters>();
+        if (threadIdx.x == 0) {
+            int kb = -1, tile_i = 0;
+            for (int jj = 0; jj < total_iters; ++jj) {
+                if (++kb == num_kb) {
+                    kb = 0;
+                    ++tile_i;
+                }
+                int b, mt, nt;
+                grid.locate(blockIdx.x + tile_i * gridDim.x, b, mt, nt);
+                const int entry = grid.b_shared ? 0 : b;
+                const int stage = jj % STAGES;
+                if (jj >= STAGES) mbarrier_wait(&empty_bar[stage], ((jj / STAGES) - 1) & 1);
+                mbarrier_arrive_expect_tx(&full_bar[stage], copy_bytes);
+                bulk_copy_to_shared(
+                    stages + stage * Cfg::kStageBytes,
+                    packed_b + ((static_cast<long long>(entry) * grid.n_tiles + nt) * num_kb + kb) *
+                                   Cfg::kStageBytes,
+                    copy_bytes, &full_bar[stage]);
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<kConsumerRegisters>();
+
+    const int warpgroup = threadIdx.x / 128 - 1;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int quad_row = lane / 4, quad_col = lane % 4;
+    // Row (mb, h) of this thread inside a tile.
+    auto tile_row = [&](int mb, int h) {
+        return warpgroup * 64 * MB + mb * 64 + warp * 16 + quad_row + 8 * h;
+    };
+
+    const typename Epilogue::Prepared prepared =
+        epilogue.prepare(TileCoords{0, 0, 0, warpgroup, warp, lane});
+
+    // total: the tile's result so far, summed with fp32 adds. part: one k-block's products,
+    // summed by the tensor cores (see "partial sums" at the top).
+    float total[MB][kAcc], part[MB][kAcc];
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
+
+    typename ALoader::Row rows[MB][2];  // row states of the tile of the next fetch
+    float raw[MB][2][8];  // the thread's 8 values of each row for the k-block being consumed
+    KPtr next[MB][2];     // where the next k-block's values start (count 0: none)
+    uint32_t a_big[2][MB][4], a_small[2][MB][4], a_cross[2][MB][4];  // k-step s: buffer s % 2
+
+    // next[] for the iterations 0, 1, 2, ... in turn (rows[] first, when one starts a tile).
+    int next_tile = 0, next_kb = -1, fetched = 0;
+    auto point_next = [&]() {
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) next[mb][h] = {0, 0};
+        if (fetched++ >= total_iters) return;
+        if (++next_kb == num_kb) {
+            next_kb = 0;
+            ++next_tile;
+        }
+        if (next_kb == 0) {
+            int b, mt, nt;
+            grid.locate(blockIdx.x + next_tile * gridDim.x, b, mt, nt);
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    rows[mb][h] = loader.row(b, mt * Cfg::kBM + tile_row(mb, h));
+        }
+        const typename ALoader::KBlock blk = loader.kblock(next_kb, quad_col);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) next[mb][h] = loader.kptr(rows[mb][h], blk);
+    };
+
+    point_next();  // iteration 0
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 8; e += 2) {
+                const float2 v = loader.fetch2(next[mb][h], e);
+                raw[mb][h][e] = v.x;
+                raw[mb][h][e + 1] = v.y;
+            }
+    point_next();  // iteration 1
+
+    int tile_i = 0, kb = -1;  // of iteration j
+    for (int j = 0; j < total_iters; ++j) {
+        if (++kb == num_kb) {
+            kb = 0;
+            ++tile_i;
+        }
+        const int stage = j % STAGES;
+        mbarrier_wait(&full_bar[stage], (j / STAGES) & 1);
+        const uint32_t big_addr = stages_addr + stage * Cfg::kStageBytes;
+        const uint64_t desc_big0 = make_smem_desc_sw128(big_addr);
+        const uint64_t desc_small0 = make_smem_desc_sw128(big_addr + Cfg::kTileBytes);
+        const uint64_t desc_cross0 =
+            b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * Cfg::kTileBytes) : desc_big0;
+
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            const int buf = s & 1;
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    // a0/a1 (rows g, g + 8): logical column 8s + t = physical 8t + 2s;
+                    // a2/a3: logical column 8s + t + 4 = physical 8t + 2s + 1.
+                    const Tf32Split lo = split_tf32(raw[mb][h][2 * s]);
+                    const Tf32Split hi = split_tf32(raw[mb][h][2 * s + 1]);
+                    a_big[buf][mb][h] = lo.big;
+                    a_small[buf][mb][h] = lo.small;
+                    a_cross[buf][mb][h] = lo.cross;
+                    a_big[buf][mb][2 + h] = hi.big;
+                    a_small[buf][mb][2 + h] = hi.small;
+                    a_cross[buf][mb][2 + h] = hi.cross;
+                    pin_registers(a_big[buf][mb]);
+                    pin_registers(a_small[buf][mb]);
+                    pin_registers(a_cross[buf][mb]);
+                    // Refill the two values just consumed with the next k-block's: each load
+                    // is in flight for a whole k-block before its value is used.
+                    const float2 v = loader.fetch2(next[mb][h], 2 * s);
+                    raw[mb][h][2 * s] = v.x;
+                    raw[mb][h][2 * s + 1] = v.y;
+                }
+            // k-step s starts 32 * s bytes into the tile rows: + 2 * s in 16-byte units.
+            const uint64_t desc_big = desc_big0 + 2 * s;
+            const uint64_t desc_small = desc_small0 + 2 * s;
+            const uint64_t desc_cross = desc_cross0 + 2 * s;
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) pin_registers(part[mb]);
+            wgmma_fence();
+            // Cross terms first, the big one last; k-step 0 starts the partial sum afresh.
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb)
+                Mma::mma(part[mb], a_small[buf][mb], desc_cross, s > 0);
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_cross[buf][mb], desc_small, 1);
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_big[buf][mb], desc_big, 1);
+            wgmma_commit();
+            wgmma_wait<1>();  // the previous step's wgmmas are done: its registers are free
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) {
+                pin_registers(a_big[buf ^ 1][mb]);
+                pin_registers(a_small[buf ^ 1][mb]);
+                pin_registers(a_cross[buf ^ 1][mb]);
+            }
+        }
+        point_next();  // integer work while the last wgmmas run
+
+        // The k-block's wgmmas are all done: its stage goes back to the producer and the
+        // partial sums join the total.
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+            pin_registers(part[mb]);
+            pin_registers(a_big[1][mb]);
+            pin_registers(a_small[1][mb]);
+            pin_registers(a_cross[1][mb]);
+        }
+        if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) total[mb][i] += part[mb][i];
+
+        if (kb == num_kb - 1) {  // the tile is done: store it, start the next afresh
+            int b, mt, nt;
+            grid.locate(blockIdx.x + tile_i * gridDim.x, b, mt, nt);
+            epilogue.template store<BN, MB>(
+                total, TileCoords{b, mt * Cfg::kBM, nt * BN, warpgroup, warp, lane}, prepared);
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+                for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
+        }
+    }
+#else
+    // Built without sm_90a (wgmma, setmaxnreg). The Python layer builds sm_90 GPUs with
+    // sm_90a and refuses these kernels on others; reaching here would be a bug: fail loudly.
+    __trap();
+#endif
+}
+
+// Multiprocessors of the current device (the persistent grid's size).
+inline int sm_count() {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return 1;
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        return 1;
+    return count > 0 ? count : 1;
+}
+
+template <int BN, int MB, int STAGES, class ALoader, class Epilogue>
+cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_t* packed,
+                   const PackedB& layout, int m_rows, int batch, bool b_shared,
+                   cudaStream_t stream) {
+    using Cfg = Config<BN, MB, STAGES>;
+    auto kernel = tf32x3_kernel<BN, MB, STAGES, ALoader, Epilogue>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           Cfg::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    const TileGrid grid{(m_rows + Cfg::kBM - 1) / Cfg::kBM, layout.n_tiles, batch, b_shared};
+    const long long tiles = static_cast<long long>(grid.m_tiles) * grid.n_tiles * batch;
+    if (tiles <= 0) return cudaSuccess;
+    if (tiles > 0x7fffffffLL) return cudaErrorInvalidValue;
+    const int ctas = static_cast<int>(tiles < sm_count() ? tiles : sm_count());
+    kernel<<<ctas, kThreads, Cfg::kSmemBytes, stream>>>(loader, epilogue, packed, layout, grid);
+    return cudaGetLastError();
+}
+
+}  // namespace tf32x3
+}  // namespace scratchops
