@@ -2,8 +2,8 @@
 //
 // Convolution as a matrix product: with K = C*kh*kw taps per output pixel and P = out_h*out_w
 // output pixels, y[n] (Cout x P) = weight (Cout x K) @ cols[n] (K x P) + bias. This file
-// builds cols; gemm.cu multiplies. The binding runs the two over chunks of the batch (or of
-// one image's pixels) so that cols stays inside a bounded workspace.
+// builds cols; gemm.cu multiplies. conv2d_im2col_launch runs the two over chunks of the batch
+// (or of one image's pixels) so that cols stays inside a bounded workspace.
 //
 // Versions:
 //   v1 one thread per element of cols, in cols' own order, so the stores (the larger side:
@@ -114,7 +114,62 @@ cudaError_t launch_v2_rows(const float* x, float* cols, int batch, const Conv2dG
     return cudaGetLastError();
 }
 
+// Chunk sizes for a workspace of `workspace_floats` floats (at least one column of K taps):
+// as many whole images as fit, or, when one image's columns do not fit, that image's output
+// pixels in slices.
+struct Chunking {
+    long long images, pixels;  // per chunk
+};
+Chunking chunking(int batch, const Conv2dGeometry& g, long long workspace_floats) {
+    const long long taps = static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w;
+    const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
+    workspace_floats = workspace_floats > taps ? workspace_floats : taps;
+    if (taps * pixels <= workspace_floats) {
+        const long long fit = workspace_floats / (taps * pixels);
+        return {fit < batch ? fit : batch, pixels};
+    }
+    return {1, workspace_floats / taps};
+}
+
 }  // namespace
+
+long long conv2d_im2col_workspace_floats(int batch, const Conv2dGeometry& g,
+                                         long long workspace_bytes) {
+    const Chunking c = chunking(batch, g, workspace_bytes / 4);
+    return c.images * g.channels * g.kernel_h * g.kernel_w * c.pixels;
+}
+
+// y[n] = weight (Cout x K) @ cols[n] (K x P) + bias, chunk by chunk; the GEMM of a pixel slice
+// writes a column slice of y[n] (leading dimension P).
+cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const float* bias, float* y,
+                                 int batch, int out_channels, const Conv2dGeometry& g,
+                                 int gemm_version, float* workspace, long long workspace_floats,
+                                 cudaStream_t stream) {
+    const long long taps = static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w;
+    const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
+    if (batch <= 0 || out_channels <= 0 || pixels <= 0) return cudaSuccess;
+    const Chunking c = chunking(batch, g, workspace_floats);
+    const long long image_floats = static_cast<long long>(g.channels) * g.height * g.width;
+    for (long long n0 = 0; n0 < batch; n0 += c.images) {
+        const long long images = batch - n0 < c.images ? batch - n0 : c.images;
+        for (long long p0 = 0; p0 < pixels; p0 += c.pixels) {
+            const long long count = pixels - p0 < c.pixels ? pixels - p0 : c.pixels;
+            cudaError_t err = im2col_launch(kIm2colDefaultVersion, x + n0 * image_floats,
+                                            workspace, static_cast<int>(images), g,
+                                            static_cast<int>(p0), static_cast<int>(count), stream);
+            if (err != cudaSuccess) return err;
+            err = gemm_launch(gemm_version, weight, workspace, bias,
+                              y + n0 * out_channels * pixels + p0, out_channels,
+                              static_cast<int>(count), static_cast<int>(taps),
+                              static_cast<int>(taps), static_cast<int>(count),
+                              static_cast<int>(pixels), /*stride_a=*/0,
+                              /*stride_b=*/taps * count, /*stride_c=*/out_channels * pixels,
+                              static_cast<int>(images), stream);
+            if (err != cudaSuccess) return err;
+        }
+    }
+    return cudaSuccess;
+}
 
 cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,

@@ -26,8 +26,8 @@ namespace scratchops {
 // version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked
 // (see the table at the top of gemm.cu). Returns cudaErrorInvalidValue for an
 // unknown version.
-constexpr int kGemmNumVersions = 3;
-constexpr int kGemmDefaultVersion = 3;
+constexpr int kGemmNumVersions = 3;       // gemm_launch's versions 1..3
+constexpr int kGemmTensorCoreVersion = 5;  // gemm_tf32x3_launch
 cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
                         int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,
                         long long stride_b, long long stride_c, int batch, cudaStream_t stream);
@@ -64,6 +64,15 @@ constexpr int kIm2colDefaultVersion = 2;  // what conv2d uses
 cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,
                           cudaStream_t stream);
+// y = conv2d(x, weight) + bias as im2col + gemm (versions 1-4) over chunks of the batch, or of
+// one image's output pixels, whose columns fit a workspace of conv2d_im2col_workspace_floats
+// floats (computed from the budget workspace_bytes; never less than one column of C*kh*kw).
+long long conv2d_im2col_workspace_floats(int batch, const Conv2dGeometry& g,
+                                         long long workspace_bytes);
+cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const float* bias, float* y,
+                                 int batch, int out_channels, const Conv2dGeometry& g,
+                                 int gemm_version, float* workspace, long long workspace_floats,
+                                 cudaStream_t stream);
 
 // ------------------------------------------------------------ conv_implicit.cu (sm_90a)
 // y = conv2d(x, weight) + bias as an implicit GEMM on the tensor cores (3xTF32), then an

@@ -1,20 +1,18 @@
 """scratchops: hand-written CUDA kernels for two KernelBench models, next to torch's own.
 
 Public operators mirror torch.nn.functional (names and signatures); each runs a kernel from
-cuda/*.cu through the registered operator torch.ops.scratchops.<name>. Importing never
-needs a GPU; the first kernel call compiles the kernels (once) and needs a CUDA GPU, a
-CUDA build of PyTorch and nvcc.
+cuda/*.cu through the registered operator torch.ops.scratchops.<name>, which exists (with
+its fake implementation) on any machine. Importing never needs a GPU; the first kernel call
+compiles the kernels (once) and needs a CUDA GPU, a CUDA build of PyTorch and nvcc.
 """
 
 from ._build import why_unavailable
 from .ops import (
-    DEFAULT_CONV_WORKSPACE_BYTES,
-    DEFAULT_GEMM_VERSION,
-    GEMM_VERSIONS,
-    DEFAULT_IM2COL_VERSION,
-    IM2COL_VERSIONS,
     clamp,
     conv2d,
+    conv2d_group_norm_pool_clamp,
+    conv2d_min_add_mul,
+    conv2d_pack_weight,
     gemm,
     group_norm,
     group_norm_scale,
@@ -24,8 +22,19 @@ from .ops import (
     min_add_mul,
     scale,
 )
+from .versions import (
+    CONV2D_ALGORITHMS,
+    DEFAULT_CONV2D_ALGORITHM,
+    DEFAULT_CONV_WORKSPACE_BYTES,
+    DEFAULT_GEMM_VERSION,
+    DEFAULT_IM2COL_GEMM_VERSION,
+    DEFAULT_IM2COL_VERSION,
+    GEMM_VERSIONS,
+    IM2COL_GEMM_VERSIONS,
+    IM2COL_VERSIONS,
+)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def is_available() -> bool:
@@ -41,13 +50,20 @@ def load() -> None:
 
 
 __all__ = [
+    "CONV2D_ALGORITHMS",
+    "DEFAULT_CONV2D_ALGORITHM",
     "DEFAULT_CONV_WORKSPACE_BYTES",
     "DEFAULT_GEMM_VERSION",
-    "GEMM_VERSIONS",
+    "DEFAULT_IM2COL_GEMM_VERSION",
     "DEFAULT_IM2COL_VERSION",
+    "GEMM_VERSIONS",
+    "IM2COL_GEMM_VERSIONS",
     "IM2COL_VERSIONS",
     "clamp",
     "conv2d",
+    "conv2d_group_norm_pool_clamp",
+    "conv2d_min_add_mul",
+    "conv2d_pack_weight",
     "gemm",
     "group_norm",
     "group_norm_scale",

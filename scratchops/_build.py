@@ -2,11 +2,17 @@
 
 The kernels (``cuda/*.cu``) and the binding (``scratchops/csrc/binding.cpp``) are compiled
 with ``torch.utils.cpp_extension.load`` (ninja) into a cache directory, once per torch
-version, CUDA version and GPU architecture; later imports reuse the built library and ninja
-rebuilds only what changed. ``import scratchops`` never builds: the first kernel call does.
+version, CUDA version and GPU architecture; later loads reuse the built library and ninja
+rebuilds only what changed. Importing scratchops never builds: the first kernel call does,
+through ``ops()``, whose fast path is one module-level read (no lock, no work the first call
+needed), so it can sit on every operator's call path.
+
+The sources are read from the checkout's ``cuda/`` (an editable install) or from the copy a
+regular install packs into ``scratchops/_cuda`` (setup.py's build step).
 
 Environment:
-  TORCH_CUDA_ARCH_LIST     architectures to build for (default: the GPUs present, e.g. 9.0)
+  TORCH_CUDA_ARCH_LIST     architectures to build for, e.g. "9.0" (default: the GPUs present);
+                           9.0 is built as sm_90a, whose wgmma the tensor-core kernels need
   SCRATCHOPS_BUILD_DIR     where the build lives (default ~/.cache/scratchops/<tag>)
   SCRATCHOPS_VERBOSE_BUILD=1   show the compiler's output
 """
@@ -22,18 +28,21 @@ from pathlib import Path
 import torch
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_DIR = PACKAGE_DIR.parent
-CUDA_DIR = REPO_DIR / "cuda"
 BINDING = PACKAGE_DIR / "csrc" / "binding.cpp"
 EXTENSION_NAME = "scratchops_kernels"
+INSTALL_HINT = ("install a CUDA build of PyTorch (https://pytorch.org/get-started/locally/), then "
+                "`python3 -m pip install -e .` in the scratchops checkout")
 
-_lock = threading.Lock()
-_loaded = False
+
+def cuda_dir() -> Path:
+    """The kernel sources: the checkout's cuda/ or the installed package's copy."""
+    checkout = PACKAGE_DIR.parent / "cuda"
+    return checkout if (checkout / "launchers.h").exists() else PACKAGE_DIR / "_cuda"
 
 
 def kernel_sources() -> list[Path]:
-    """Every kernel file, in a stable order (the binding first)."""
-    return [BINDING, *sorted(CUDA_DIR.glob("*.cu"))]
+    """Every compiled source, in a stable order (the binding first)."""
+    return [BINDING, *sorted(cuda_dir().glob("*.cu"))]
 
 
 def _nvcc_path() -> str | None:
@@ -50,31 +59,40 @@ def why_unavailable() -> str | None:
     """Why the kernels cannot run here, or None when they can."""
     if torch.version.cuda is None:
         return (f"this PyTorch ({torch.__version__}) is a CPU-only build; scratchops kernels "
-                "need a CUDA build of PyTorch and a CUDA GPU")
+                f"need a CUDA build of PyTorch and a CUDA GPU ({INSTALL_HINT})")
     if not torch.cuda.is_available():
         return "no CUDA device is visible (torch.cuda.is_available() is False)"
-    if not CUDA_DIR.is_dir() or not BINDING.exists():
-        return (f"the kernel sources are missing ({CUDA_DIR}); install scratchops from a "
-                "checkout with `pip install --no-deps --no-build-isolation -e .`")
+    if not (cuda_dir() / "launchers.h").exists() or not BINDING.exists():
+        return f"the kernel sources are missing ({cuda_dir()}); {INSTALL_HINT}"
     if _nvcc_path() is None:
-        return ("nvcc was not found: install the CUDA toolkit and put nvcc on PATH "
-                "or set CUDA_HOME")
+        return "nvcc was not found: install the CUDA toolkit and put nvcc on PATH or set CUDA_HOME"
     return None
 
 
-def _arch_tag() -> str:
-    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if arch_list:
-        return "arch" + "-".join(arch_list.replace(";", " ").replace("+", "").split())
-    capabilities = sorted({torch.cuda.get_device_capability(i)
-                           for i in range(torch.cuda.device_count())})
-    return "sm" + "-".join(f"{major}{minor}" for major, minor in capabilities)
+def architectures() -> list[str]:
+    """Compute capabilities to build for, as '80', '90a', ...: TORCH_CUDA_ARCH_LIST or the
+    GPUs present. 9.0 becomes 90a: the tensor-core kernels use sm_90a's wgmma and setmaxnreg
+    (their code exists only in an sm_90a build)."""
+    listed = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if listed:
+        names = listed.replace(";", " ").replace("+PTX", "").split()
+    else:
+        names = sorted({"{}.{}".format(*torch.cuda.get_device_capability(i))
+                        for i in range(torch.cuda.device_count())})
+    return sorted({name.replace(".", "").rstrip("a") + ("a" if name.startswith("9.0") else "")
+                   for name in names})
+
+
+def tensor_core_kernels_available(device: torch.device) -> bool:
+    """True when the 3xTF32 tensor-core kernels run on `device` (an sm_90 GPU: H100, H200).
+    They are built for it, as sm_90a, whenever such a GPU is the build's target."""
+    return torch.cuda.get_device_capability(device) == (9, 0) and "90a" in architectures()
 
 
 def build_directory() -> Path:
     if os.environ.get("SCRATCHOPS_BUILD_DIR"):
         return Path(os.environ["SCRATCHOPS_BUILD_DIR"])
-    tag = f"torch{torch.__version__}-cuda{torch.version.cuda}-{_arch_tag()}"
+    tag = f"torch{torch.__version__}-cuda{torch.version.cuda}-sm{'-'.join(architectures())}"
     return Path.home() / ".cache" / "scratchops" / tag.replace("+", "_")
 
 
@@ -83,16 +101,29 @@ def _needs_compile(build_dir: Path) -> bool:
     if not library.exists():
         return True
     built = library.stat().st_mtime
-    sources = [*kernel_sources(), CUDA_DIR / "launchers.h"]
+    sources = [*kernel_sources(), *cuda_dir().glob("*.h"), *cuda_dir().glob("*.cuh")]
     return any(source.stat().st_mtime > built for source in sources)
 
 
-def load() -> None:
-    """Compile (first use only) and load the kernels, or raise RuntimeError saying why not."""
-    global _loaded
+_lock = threading.Lock()
+_ops = None  # torch.ops.scratchops_cuda once the extension is loaded
+
+
+def ops():
+    """The loaded CUDA operators (torch.ops.scratchops_cuda), building them on first use.
+
+    The fast path reads one module global; the lock and the build happen only while it is
+    still None.
+    """
+    loaded = _ops
+    return loaded if loaded is not None else _load()
+
+
+def _load():
+    global _ops
     with _lock:
-        if _loaded:
-            return
+        if _ops is not None:
+            return _ops
         reason = why_unavailable()
         if reason is not None:
             raise RuntimeError(f"scratchops cannot run its CUDA kernels: {reason}")
@@ -101,21 +132,28 @@ def load() -> None:
         build_dir = build_directory()
         build_dir.mkdir(parents=True, exist_ok=True)
         if _needs_compile(build_dir):
-            print(f"scratchops: compiling the CUDA kernels for {_arch_tag()} into {build_dir} "
-                  "(first use; this takes a minute or two)...", file=sys.stderr, flush=True)
+            print(f"scratchops: compiling the CUDA kernels for sm_{', sm_'.join(architectures())} "
+                  f"into {build_dir} (first use; this takes a few minutes)...", file=sys.stderr,
+                  flush=True)
+        # Explicit -gencode flags (torch adds none of its own when these are given).
+        gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in architectures()]
         cpp_extension.load(
             name=EXTENSION_NAME,
             sources=[str(s) for s in kernel_sources()],
-            extra_include_paths=[str(CUDA_DIR)],
+            extra_include_paths=[str(cuda_dir())],
             extra_cflags=["-O3", "-std=c++17"],
             # -lineinfo lets compute-sanitizer and ncu point at source lines; no fast-math:
             # the kernels must match torch's fp32 results within 1e-4.
-            extra_cuda_cflags=["-O3", "-lineinfo", "-std=c++17"],
+            extra_cuda_cflags=["-O3", "-lineinfo", "-std=c++17", *gencode],
             build_directory=str(build_dir),
             is_python_module=False,
             verbose=os.environ.get("SCRATCHOPS_VERBOSE_BUILD") == "1",
         )
-        from . import ops
+        _ops = torch.ops.scratchops_cuda
+        return _ops
 
-        ops.register_fakes()
-        _loaded = True
+
+def load() -> None:
+    """Compile (first time only) and load the kernels now, or raise RuntimeError saying why
+    they cannot run here."""
+    ops()

@@ -35,10 +35,11 @@ from .timing import (DEFAULT_WARMUP, Ceiling, Timing, environment, measure_copy_
                      measure_sgemm_tflops, tf32_disabled, time_cuda)
 
 # Names usable as `scratchops bench KERNEL ...`; each is also the scratchops function name.
-COMPUTE_BOUND = ("gemm", "conv2d")
+COMPUTE_BOUND = ("gemm", "conv2d", "conv2d_min_add_mul", "conv2d_group_norm_pool_clamp")
 MEMORY_BOUND = ("im2col", "group_norm", "scale", "group_norm_scale", "max_pool2d", "clamp",
                 "max_pool2d_clamp", "min_add_mul")
-KERNELS = ("gemm", "im2col", "conv2d", *MEMORY_BOUND[1:])
+KERNELS = ("gemm", "im2col", "conv2d", "conv2d_min_add_mul", "conv2d_group_norm_pool_clamp",
+           *MEMORY_BOUND[1:])
 
 QUICK_REPEATS = 5
 ATOL = RTOL = 1e-4
@@ -114,13 +115,14 @@ def _torch_gemm(a, b, bias):
     return torch.baddbmm(bias[:, None], a.expand(b.shape[0], -1, -1), b)
 
 
-def _gemm_versions(flop: float, call) -> tuple[dict, dict]:
-    """Every GEMM version as a `call(version=v)` partial, and which are skipped at `flop`."""
-    versions = {name: functools.partial(call, version=v)
-                for v, name in scratchops.GEMM_VERSIONS.items()}
+def _gemm_versions(flop: float, call, table=None) -> tuple[dict, dict]:
+    """Every GEMM version (of `table`, default all) as a `call(version=v)` partial, and
+    which are skipped at `flop`."""
+    table = scratchops.GEMM_VERSIONS if table is None else table
+    versions = {name: functools.partial(call, version=v) for v, name in table.items()}
     skip = {}
-    if flop > NAIVE_MAX_FLOP and NAIVE_GEMM_VERSION in scratchops.GEMM_VERSIONS:
-        skip[scratchops.GEMM_VERSIONS[NAIVE_GEMM_VERSION]] = (
+    if flop > NAIVE_MAX_FLOP and NAIVE_GEMM_VERSION in table:
+        skip[table[NAIVE_GEMM_VERSION]] = (
             f"skipped: the naive GEMM is not timed above {NAIVE_MAX_FLOP:.0e} FLOP")
     return versions, skip
 
@@ -151,13 +153,20 @@ def gemm_workloads(quick: bool) -> list[Workload]:
 
 
 def _conv2d(input, weight, bias, *, version):  # noqa: A002 (F.conv2d's argument names)
-    return scratchops.conv2d(input, weight, bias, gemm_version=version)
+    return scratchops.conv2d(input, weight, bias, algorithm="im2col_gemm", gemm_version=version)
+
+
+def _conv2d_implicit(input, weight, bias):  # noqa: A002
+    return scratchops.conv2d(input, weight, bias, algorithm="implicit_gemm")
 
 
 def _conv2d_workload(batch: int, c_in: int, c_out: int, size: int, note: str = "") -> Workload:
     out = size - KERNEL_SIZE + 1
     flop = 2.0 * batch * c_out * c_in * KERNEL_SIZE**2 * out * out
-    versions, skip = _gemm_versions(flop, _conv2d)
+    versions, skip = _gemm_versions(flop, _conv2d, scratchops.IM2COL_GEMM_VERSIONS)
+    versions = {f"im2col+{name}": fn for name, fn in versions.items()}
+    skip = {f"im2col+{name}": why for name, why in skip.items()}
+    versions["implicit_gemm"] = _conv2d_implicit
     return Workload(
         "conv2d", f"{dims((batch, c_in, size, size))} -> {c_out} k{KERNEL_SIZE}",
         lambda: {"input": _rand(batch, c_in, size, size),
@@ -173,6 +182,53 @@ def conv2d_workloads(quick: bool) -> list[Workload]:
             _conv2d_workload(BATCH, P85_IN, P85_OUT, IMAGE, "P85 full size"),
             _conv2d_workload(8, P31_IN, P31_OUT, IMAGE),
             _conv2d_workload(BATCH, P31_IN, P31_OUT, IMAGE, "P31 full size")]
+
+
+def p31_fused_workloads(quick: bool) -> list[Workload]:
+    """P31 in one kernel against torch's four operators (fp32)."""
+    batches = (2,) if quick else (8, BATCH)
+    size = 32 if quick else IMAGE
+    out = size - KERNEL_SIZE + 1
+    work = []
+    for n in batches:
+        flop = 2.0 * n * P31_OUT * P31_IN * KERNEL_SIZE**2 * out * out
+        work.append(Workload(
+            "conv2d_min_add_mul", f"{dims((n, P31_IN, size, size))} -> {P31_OUT} k{KERNEL_SIZE}",
+            lambda n=n: {"input": _rand(n, P31_IN, size, size),
+                         "weight": _rand(P31_OUT, P31_IN, KERNEL_SIZE, KERNEL_SIZE) - 0.5,
+                         "conv_bias": _rand(P31_OUT), "bias": _randn(P31_OUT, 1, 1)},
+            lambda input, weight, conv_bias, bias: (torch.clamp_max(
+                F.conv2d(input, weight, conv_bias), P31_CONSTANT) + bias) * P31_FACTOR,
+            {"one_kernel": lambda input, weight, conv_bias, bias: scratchops.conv2d_min_add_mul(
+                input, weight, conv_bias, P31_CONSTANT, bias, P31_FACTOR)},
+            flop=flop, note="P31 full size" if n == BATCH else ""))
+    return work
+
+
+def p85_one_pass_workloads(quick: bool) -> list[Workload]:
+    """P85 in one pass against torch's five operators (fp32)."""
+    batches = (2,) if quick else (8, BATCH)
+    size = 32 if quick else IMAGE
+    out = size - KERNEL_SIZE + 1
+    groups, pool, (lo, hi), eps = P85_GROUPS, P85_POOL, P85_CLAMP, GROUP_NORM_EPS
+    work = []
+    for n in batches:
+        flop = 2.0 * n * P85_OUT * P85_IN * KERNEL_SIZE**2 * out * out
+        work.append(Workload(
+            "conv2d_group_norm_pool_clamp",
+            f"{dims((n, P85_IN, size, size))} -> {P85_OUT} k{KERNEL_SIZE}",
+            lambda n=n: {"input": _rand(n, P85_IN, size, size),
+                         "weight": _rand(P85_OUT, P85_IN, KERNEL_SIZE, KERNEL_SIZE) - 0.5,
+                         "conv_bias": _rand(P85_OUT), "gamma": _randn(P85_OUT),
+                         "beta": _randn(P85_OUT), "s": _randn(P85_OUT, 1, 1)},
+            lambda input, weight, conv_bias, gamma, beta, s: torch.clamp(F.max_pool2d(
+                F.group_norm(F.conv2d(input, weight, conv_bias), groups, gamma, beta, eps) * s,
+                pool), lo, hi),
+            {"one_pass": lambda input, weight, conv_bias, gamma, beta, s:
+                scratchops.conv2d_group_norm_pool_clamp(input, weight, conv_bias, groups, gamma,
+                                                        beta, s, eps, lo, hi)},
+            flop=flop, note="P85 full size" if n == BATCH else ""))
+    return work
 
 
 def _memory_workload(kernel: str, shape: Sequence[int], make_inputs, reference, ours,
@@ -249,7 +305,9 @@ def min_add_mul_workloads(quick: bool) -> list[Workload]:
 def plan(kernels: Sequence[str], quick: bool) -> list[Workload]:
     """The workloads of the given kernels, in KERNELS order, each kernel's smallest first."""
     builders = {"gemm": gemm_workloads, "im2col": im2col_workloads,
-                "conv2d": conv2d_workloads, "min_add_mul": min_add_mul_workloads}
+                "conv2d": conv2d_workloads, "min_add_mul": min_add_mul_workloads,
+                "conv2d_min_add_mul": p31_fused_workloads,
+                "conv2d_group_norm_pool_clamp": p85_one_pass_workloads}
     workloads = []
     for kernel in KERNELS:
         if kernel in builders and kernel in kernels:
@@ -470,7 +528,7 @@ def plot_compute_bound(rows: Sequence[dict], ceiling: Ceiling, path: Path) -> bo
                    label=f"measured SGEMM ceiling {ceiling.value:.1f}")
         ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right", fontsize=7)
         ax.set_ylabel("TFLOP/s (fp32, TF32 off)")
-        ax.set_title(kernel if kernel == "gemm" else "conv2d (im2col + gemm)")
+        ax.set_title(kernel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.savefig(path, dpi=120)

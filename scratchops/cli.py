@@ -33,7 +33,6 @@ from .timing import (DEFAULT_REPEATS, DEFAULT_WARMUP, environment, tf32_disabled
                      time_cuda)
 
 PROBLEM_KEYS = ("p85", "p31")  # the keys of scratchops.problems.PROBLEMS, in run order
-DTYPES = ("float32", "float16", "bfloat16")
 ATOL = RTOL = 1e-4
 
 
@@ -74,8 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="which problem (default: all)")
     run.add_argument("--batch", type=_positive_int, metavar="N",
                      help="batch size (default: KernelBench's, 128)")
-    run.add_argument("--dtype", choices=DTYPES, default="float32",
-                     help="data type (only float32 kernels exist yet)")
     run.add_argument("--json", type=Path, metavar="PATH",
                      help="also write every result to this JSON file")
     run.add_argument("--no-compile", action="store_true",
@@ -300,10 +297,6 @@ def summary_lines(results: dict, env: dict, repeats: int) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.dtype != "float32":
-        print(f"scratchops run: --dtype {args.dtype} is not supported: only float32 kernels "
-              "exist yet", file=sys.stderr)
-        return 2
     if _gpu_missing("run"):
         return 2
     default_tf32 = tf32_settings()  # as this process found them: torch's defaults
@@ -322,7 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "command": "run",
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "environment": env,
-            "settings": {"problems": list(keys), "batch": args.batch, "dtype": args.dtype,
+            "settings": {"problems": list(keys), "batch": args.batch, "dtype": "float32",
                          "seed": args.seed, "repeats": args.repeats, "warmup": DEFAULT_WARMUP,
                          "compile": not args.no_compile, "flush_l2": True, "atol": ATOL,
                          "rtol": RTOL, "torch_default_tf32": default_tf32},

@@ -39,12 +39,26 @@ def main():
                   a @ b + bias[:, None])
         a, b = r(3, 5, 7), r(3, 7, 9)
         check(f"gemm v{version} batched", scratchops.gemm(a, b, version=version), a @ b)
+        if version not in scratchops.IM2COL_GEMM_VERSIONS:
+            continue
         x, w, bias = r(3, 3, 11, 9), r(5, 3, 3, 2), r(5)
         for ws in (1, 4 * 18 * 40, 1 << 20):
-            check(f"conv2d v{version} ws={ws}",
-                  scratchops.conv2d(x, w, bias, 2, 1, (1, 2), workspace_bytes=ws,
-                                    gemm_version=version),
+            check(f"conv2d im2col v{version} ws={ws}",
+                  scratchops.conv2d(x, w, bias, 2, 1, (1, 2), algorithm="im2col_gemm",
+                                    workspace_bytes=ws, gemm_version=version),
                   F.conv2d(x, w, bias, 2, 1, (1, 2)))
+    # The tensor-core kernels (sm_90): implicit-GEMM conv2d, P31 in one kernel, P85 in one pass.
+    x, w, bias = r(3, 3, 11, 9), r(70, 3, 3, 2), r(70)
+    check("conv2d implicit", scratchops.conv2d(x, w, bias, 2, 1, (1, 2)),
+          F.conv2d(x, w, bias, 2, 1, (1, 2)))
+    b2 = r(70)
+    check("conv2d_min_add_mul", scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
+          (torch.clamp_max(F.conv2d(x, w, bias), 0.1) + b2[:, None, None]) * 2.0)
+    x, w, bias, g, b, s = r(2, 5, 14, 13), r(12, 5, 3, 3), r(12), r(12), r(12), r(12)
+    check("conv2d_group_norm_pool_clamp",
+          scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5),
+          torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
+                                   s[:, None, None], 4), -0.5, 0.5))
     x = r(2, 3, 9, 7)
     for version in scratchops.IM2COL_VERSIONS:
         check(f"im2col v{version}", scratchops.im2col(x, (3, 2), 1, 1, 2, version=version),

@@ -43,7 +43,7 @@ def test_help_in_a_subprocess(argv):
     (["run", "--batch", "-1"], "must be at least 1"),
     (["run", "--batch", "abc"], "expected a positive integer"),
     (["run", "--repeats", "0"], "must be at least 1"),
-    (["run", "--dtype", "float64"], "invalid choice"),
+    (["run", "--dtype", "float16"], "unrecognized arguments"),
     (["run", "--seed", "x"], "invalid int"),
     (["bench", "nosuchkernel"], "unknown kernel 'nosuchkernel'"),
     (["bench", "gemm", "--repeats", "-3"], "must be at least 1"),
@@ -58,23 +58,13 @@ def test_bad_arguments_are_usage_errors(argv, message, capsys):
 
 def test_defaults():
     args = cli.build_parser().parse_args(["run"])
-    assert (args.problem, args.batch, args.dtype, args.repeats, args.seed, args.no_compile,
-            args.json) == ("all", None, "float32", 20, 0, False, None)
+    assert (args.problem, args.batch, args.repeats, args.seed, args.no_compile,
+            args.json) == ("all", None, 20, 0, False, None)
     args = cli.build_parser().parse_args(["bench"])
     assert (args.kernels, args.quick, args.repeats, args.out) == ([], False, None,
                                                                  Path("bench_out"))
     args = cli.build_parser().parse_args(["bench", "clamp", "gemm", "--quick"])
     assert args.kernels == ["clamp", "gemm"] and args.quick
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_unsupported_dtype_is_one_clear_line(dtype, capsys):
-    # Checked before anything needs a GPU, so this runs (and must pass) everywhere.
-    assert cli.main(["run", "--dtype", dtype]) == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert err.count("\n") == 1
-    assert f"--dtype {dtype}" in err and "only float32 kernels exist yet" in err
 
 
 @requires_no_gpu
@@ -115,14 +105,19 @@ def test_plan_covers_every_kernel_and_the_kernelbench_shapes():
 
 def test_plan_compute_bound_rows_run_every_gemm_version_and_cap_only_the_naive_one():
     naive = scratchops.GEMM_VERSIONS[bench.NAIVE_GEMM_VERSION]
-    compute = bench.plan(["gemm", "conv2d"], quick=False)
-    for w in compute:
-        assert list(w.versions) == list(scratchops.GEMM_VERSIONS.values())
-        assert set(w.skip) == ({naive} if w.flop > bench.NAIVE_MAX_FLOP else set())
+    gemm, conv = bench.plan(["gemm"], quick=False), bench.plan(["conv2d"], quick=False)
+    conv_versions = [f"im2col+{n}" for n in scratchops.IM2COL_GEMM_VERSIONS.values()]
+    for w in gemm + conv:
+        expected = (list(scratchops.GEMM_VERSIONS.values()) if w.kernel == "gemm"
+                    else conv_versions + ["implicit_gemm"])
+        assert list(w.versions) == expected
+        capped = naive if w.kernel == "gemm" else f"im2col+{naive}"
+        assert set(w.skip) == ({capped} if w.flop > bench.NAIVE_MAX_FLOP else set())
         assert all(reason.startswith("skipped:") for reason in w.skip.values())
-    assert any(w.skip for w in compute) and any(not w.skip for w in compute)
-    p31_full = next(w for w in compute if w.shape == "128x64x128x128 -> 128 k3")
-    assert p31_full.flop == 2 * 128 * 128 * 64 * 3 * 3 * 126 * 126 and naive in p31_full.skip
+    assert any(w.skip for w in gemm + conv) and any(not w.skip for w in gemm + conv)
+    p31_full = next(w for w in conv if w.shape == "128x64x128x128 -> 128 k3")
+    assert p31_full.flop == 2 * 128 * 128 * 64 * 3 * 3 * 126 * 126
+    assert f"im2col+{naive}" in p31_full.skip
 
 
 def test_plan_filters_and_quick_is_small():

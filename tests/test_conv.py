@@ -8,7 +8,7 @@ import scratchops
 from helpers import assert_matches, poison_next, rand, requires_gpu
 
 pytestmark = requires_gpu
-VERSIONS = sorted(scratchops.GEMM_VERSIONS)
+VERSIONS = sorted(scratchops.IM2COL_GEMM_VERSIONS)  # the im2col + gemm path
 
 # (input shape, weight shape, stride, padding, dilation)
 CASES = [
@@ -59,7 +59,8 @@ def test_conv2d(version, with_bias, x_shape, w_shape, stride, padding, dilation)
     b = rand(w_shape[0]) if with_bias else None
     ref32, ref64 = conv_reference(x, w, b, stride, padding, dilation)
     poison_next(*ref32.shape)
-    out = scratchops.conv2d(x, w, b, stride, padding, dilation, gemm_version=version)
+    out = scratchops.conv2d(x, w, b, stride, padding, dilation, algorithm="im2col_gemm",
+                            gemm_version=version)
     assert_matches(out, ref32, ref64)
 
 
@@ -73,7 +74,7 @@ def test_conv2d_chunked_workspace(workspace_bytes):
     x, w, b = rand(5, 3, 17, 17), rand(4, 3, 3, 3), rand(4)
     ref32, ref64 = conv_reference(x, w, b, 1, 0, 1)
     poison_next(*ref32.shape)
-    out = scratchops.conv2d(x, w, b, workspace_bytes=workspace_bytes)
+    out = scratchops.conv2d(x, w, b, algorithm="im2col_gemm", workspace_bytes=workspace_bytes)
     assert_matches(out, ref32, ref64)
 
 
@@ -99,9 +100,15 @@ def kernelbench_conv(request):
     return x, conv.weight.detach(), conv.bias.detach(), ref32, ref64
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-def test_conv2d_kernelbench_size(kernelbench_conv, version):
+@pytest.mark.parametrize("algorithm", [f"im2col_gemm v{v}" for v in VERSIONS] + ["implicit_gemm"])
+def test_conv2d_kernelbench_size(kernelbench_conv, algorithm):
     x, w, b, ref32, ref64 = kernelbench_conv
     poison_next(*ref32.shape)
-    out = scratchops.conv2d(x, w, b, gemm_version=version)
+    if algorithm == "implicit_gemm":
+        if torch.cuda.get_device_capability() != (9, 0):
+            pytest.skip("the implicit GEMM runs on sm_90 GPUs")
+        out = scratchops.conv2d(x, w, b, algorithm="implicit_gemm")
+    else:
+        out = scratchops.conv2d(x, w, b, algorithm="im2col_gemm",
+                                gemm_version=int(algorithm.split("v")[-1]))
     assert_matches(out, ref32, ref64)

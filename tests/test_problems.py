@@ -1,4 +1,5 @@
-"""ModelNew against KernelBench's Model for both problems, at full KernelBench size."""
+"""ModelNew against KernelBench's Model for both problems: every variant at full KernelBench
+size, the kernels it launches, torch.compile(fullgraph=True) and backward."""
 
 import copy
 
@@ -6,6 +7,16 @@ import pytest
 import torch
 
 from helpers import HAS_GPU, assert_matches, requires_gpu
+
+HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+# Variants that need the tensor cores of an sm_90 GPU (the rest run on any GPU).
+TENSOR_CORE_VARIANTS = {("p85", "one_pass"), ("p85", "fused"), ("p31", "one_kernel"),
+                        ("p31", "chain")}
+
+
+def skip_unless_runnable(name, label):
+    if (name, label) in TENSOR_CORE_VARIANTS and not HOPPER:
+        pytest.skip("this variant runs on the tensor cores of an sm_90 GPU")
 from scratchops.problems import PROBLEMS
 
 
@@ -43,6 +54,8 @@ def test_model_new_matches_model(kernelbench_input, label):
     name, x = kernelbench_input
     module = PROBLEMS[name]
     for variant in module.VARIANTS:
+        if (name, variant) in TENSOR_CORE_VARIANTS and not HOPPER:
+            continue
         model, model_new = build(module, variant, seed=7)
         if label == "state_dict":
             randomize_parameters(model, seed=11)
@@ -61,6 +74,7 @@ def test_model_new_matches_model(kernelbench_input, label):
 @requires_gpu
 @pytest.mark.parametrize("name,label", CASES)
 def test_model_new_launches_only_scratchops_kernels(name, label):
+    skip_unless_runnable(name, label)
     module = PROBLEMS[name]
     _, model_new = build(module, label, seed=3)
     x = torch.rand(2, *module.get_inputs()[0].shape[1:], device="cuda")
@@ -75,6 +89,40 @@ def test_model_new_launches_only_scratchops_kernels(name, label):
     assert device_events, "the profiler recorded no GPU activity at all"
     foreign = [e for e in device_events if "scratchops" not in e]
     assert not foreign, f"ModelNew ran GPU work that is not a scratchops kernel: {foreign}"
+    # The default variants: P31 in one kernel, P85 in two (the packed weights are kept).
+    expected = {("p31", "one_kernel"): 1, ("p85", "one_pass"): 2}.get((name, label))
+    if expected is not None:
+        assert len(device_events) == expected, device_events
+
+
+@requires_gpu
+@pytest.mark.parametrize("name,label", CASES)
+def test_torch_compile_fullgraph_matches_eager(name, label):
+    skip_unless_runnable(name, label)
+    module = PROBLEMS[name]
+    model, model_new = build(module, label, seed=5)
+    x = torch.rand(2, *module.get_inputs()[0].shape[1:2], 20, 19, device="cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(model_new, fullgraph=True)
+    with torch.no_grad():
+        eager, out, ref = model_new(x), compiled(x), model(x)
+    torch.testing.assert_close(out, eager, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    explanation = torch._dynamo.explain(model_new)(x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+@requires_gpu
+@pytest.mark.parametrize("name,label", CASES)
+def test_backward_raises_instead_of_leaving_gradients_empty(name, label):
+    skip_unless_runnable(name, label)
+    module = PROBLEMS[name]
+    _, model_new = build(module, label, seed=5)
+    x = torch.rand(2, *module.get_inputs()[0].shape[1:2], 20, 19, device="cuda",
+                   requires_grad=True)
+    y = model_new(x)
+    with pytest.raises(NotImplementedError, match=r"scratchops\.\w+: backward is not implemented"):
+        y.sum().backward()
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the CPU-only path")
@@ -83,3 +131,25 @@ def test_model_new_without_gpu_says_why():
     model_new = module.ModelNew(*module.get_init_inputs())
     with pytest.raises(ValueError, match="must be a CUDA tensor"):
         model_new(torch.rand(1, 64, 8, 8))
+
+
+@requires_gpu
+@pytest.mark.parametrize("hw,pool,cout,covered", [((20, 19), 4, 64, True), ((20, 19), 2, 64, False),
+                                                  ((20, 19), 4, 72, False),
+                                                  ((6, 9), 4, 64, True)])
+def test_p85_one_pass_rule_both_sides(hw, pool, cout, covered):
+    # One pass where the rule says so, the fused chain elsewhere: both match Model.
+    if not HOPPER:
+        pytest.skip("the one-pass variant runs on the tensor cores of an sm_90 GPU")
+    module = PROBLEMS["p85"]
+    init = [8, cout, 3, 16 if cout % 16 == 0 else 8, (cout, 1, 1), pool, -0.3, 0.8]
+    torch.manual_seed(2)
+    model = module.Model(*init).cuda()
+    torch.manual_seed(2)
+    model_new = module.ModelNew(*init).cuda()
+    randomize_parameters(model, seed=3)
+    model_new.load_state_dict(model.state_dict())
+    x = torch.rand(2, 8, *hw, device="cuda")
+    assert model_new.one_pass_covers(x) == covered
+    with torch.no_grad():
+        assert_matches(model_new(x), model(x), copy.deepcopy(model).double()(x.double()))

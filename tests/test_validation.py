@@ -5,6 +5,7 @@ sizes first, and at the device last, so CPU tensors reach every check. Sizes too
 32-bit indexing are shown with meta tensors (no memory behind them).
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -41,12 +42,34 @@ CASES = [
      "asymmetric"),
     (lambda: scratchops.conv2d(X, t(4, 3, 9, 3)), ValueError, "output would be empty"),
     (lambda: scratchops.conv2d(X, W, dilation=5), ValueError, "output would be empty"),
-    (lambda: scratchops.conv2d(t(0, 3, 8, 8), W), ValueError, "input is empty"),
+    (lambda: scratchops.conv2d(t(2, 0, 8, 8), t(4, 0, 3, 3)), ValueError, "zero-size dimension"),
+    (lambda: scratchops.conv2d(X, t(0, 3, 3, 3)), ValueError, "zero-size dimension"),
+    (lambda: scratchops.im2col(t(2, 0, 8, 8), 3), ValueError, "zero-size dimension"),
+    (lambda: scratchops.max_pool2d(t(2, 3, 0, 8), 2), ValueError, "zero-size dimension"),
     (lambda: scratchops.conv2d(X.transpose(2, 3), W), ValueError, "must be contiguous"),
     (lambda: scratchops.conv2d(X.to(memory_format=torch.channels_last), W), ValueError,
      "must be contiguous"),
     (lambda: scratchops.conv2d(X, W, workspace_bytes=0), ValueError, "workspace_bytes"),
     (lambda: scratchops.conv2d(X, W, gemm_version=7), ValueError, "gemm_version must be one of"),
+    (lambda: scratchops.conv2d(X, W, gemm_version=5), ValueError, "gemm_version must be one of"),
+    (lambda: scratchops.conv2d(X, W, algorithm="fft"), ValueError, "algorithm must be one of"),
+    (lambda: scratchops.conv2d(X, W, gemm_version="2"), TypeError, "gemm_version must be an int"),
+    (lambda: scratchops.conv2d(X, W, workspace_bytes=1.5), TypeError, "workspace_bytes must be an int"),
+    (lambda: scratchops.conv2d(X, W, groups=True), TypeError, "groups must be an int"),
+    (lambda: scratchops.gemm(t(3, 4), t(4, 5), version=True), TypeError, "version must be an int"),
+    (lambda: scratchops.group_norm(X, 2.0), TypeError, "num_groups must be an int"),
+    (lambda: scratchops.max_pool2d(X, 2.0), TypeError, "kernel_size must be an int"),
+    (lambda: scratchops.conv2d_min_add_mul(X, W, None, 0.5, t(5), 2.0), ValueError,
+     "bias must have shape"),
+    (lambda: scratchops.conv2d_min_add_mul(X, W, None, 0.5, t(4), 2.0,
+                                           packed_weight=t(10).to(torch.uint8)), ValueError,
+     "packed_weight must be conv2d_pack_weight(weight)"),
+    (lambda: scratchops.conv2d_group_norm_pool_clamp(t(2, 3, 20, 20), t(72, 3, 3, 3), None, 8),
+     NotImplementedError, "at most 64 output channels"),
+    (lambda: scratchops.conv2d_group_norm_pool_clamp(X, W, None, 3), ValueError,
+     "must divide the number of channels"),
+    (lambda: scratchops.conv2d_group_norm_pool_clamp(t(2, 3, 5, 5), W, None, 2), ValueError,
+     "smaller than the 4 x 4 pooling window"),
     (lambda: scratchops.im2col(X, 9), ValueError, "output would be empty"),
     (lambda: scratchops.im2col(X, 0), ValueError, "kernel_size must be in [1, 65535]"),
     (lambda: scratchops.im2col(X, True), TypeError, "int or a pair of ints"),
@@ -73,11 +96,39 @@ CASES = [
     (lambda: scratchops.max_pool2d(X, 2, ceil_mode=True), NotImplementedError, "ceil_mode"),
     (lambda: scratchops.max_pool2d(X, 2, return_indices=True), NotImplementedError, "indices"),
     (lambda: scratchops.clamp(X), ValueError, "at least one of min and max"),
-    (lambda: scratchops.clamp(X, "0"), TypeError, "min must be a Python number"),
+    (lambda: scratchops.clamp(X, "0"), TypeError, "min must be a real number"),
     (lambda: scratchops.max_pool2d_clamp(X, 4), ValueError, "at least one of min and max"),
     (lambda: scratchops.min_add_mul(X, 0.5, t(3, 1), 2.0), ValueError, "bias must have shape"),
     (lambda: scratchops.min_add_mul(X, None, t(3, 1, 1), 2.0), TypeError, "constant must be"),
 ]
+
+
+@pytest.mark.parametrize("call,shape", [
+    # Empty inputs give empty results where torch's counterparts do (meta: no kernel runs).
+    (lambda: scratchops.conv2d(t(0, 3, 8, 8, device="meta"), t(4, 3, 3, 3, device="meta")),
+     (0, 4, 6, 6)),
+    (lambda: scratchops.im2col(t(0, 3, 8, 8, device="meta"), 3), (0, 27, 36)),
+    (lambda: scratchops.gemm(t(3, 0, device="meta"), t(0, 4, device="meta")), (3, 4)),
+    (lambda: scratchops.gemm(t(0, 3, 5, device="meta"), t(5, 4, device="meta")), (0, 3, 4)),
+    (lambda: scratchops.group_norm(t(0, 6, 5, 5, device="meta"), 3), (0, 6, 5, 5)),
+    (lambda: scratchops.group_norm(t(2, 6, 0, 5, device="meta"), 3), (2, 6, 0, 5)),
+    (lambda: scratchops.max_pool2d(t(0, 3, 8, 8, device="meta"), 2), (0, 3, 4, 4)),
+    (lambda: scratchops.clamp(t(0, 3, device="meta"), 0.0, 1.0), (0, 3)),
+])
+def test_empty_inputs_give_empty_results_as_torch(call, shape):
+    assert tuple(call().shape) == shape
+
+
+@pytest.mark.parametrize("call", [
+    # Integer-like scalars torch takes: numpy and 0-dim torch integers.
+    lambda: scratchops.max_pool2d(t(1, 3, 8, 8, device="meta"), np.int64(2)),
+    lambda: scratchops.im2col(t(1, 3, 8, 8, device="meta"), np.int32(3)),
+    lambda: scratchops.max_pool2d(t(1, 3, 8, 8, device="meta"), torch.tensor(2)),
+    lambda: scratchops.group_norm(t(1, 4, 3, 3, device="meta"), np.int64(2), eps=np.float32(1e-5)),
+    lambda: scratchops.gemm(t(3, 4, device="meta"), t(4, 5, device="meta"), version=np.int64(3)),
+])
+def test_integer_like_scalars_are_accepted(call):
+    call()
 
 
 @pytest.mark.parametrize("call,error,message", CASES,
@@ -90,8 +141,8 @@ def test_bad_input_gets_a_clear_error(call, error, message):
 
 def test_device_check_names_the_offending_tensor():
     from scratchops import _validate
-    with pytest.raises(ValueError, match="bias must be a CUDA tensor, got one on meta"):
-        _validate.check_cuda(input=None, bias=t(4, device="meta"))
+    with pytest.raises(ValueError, match="bias must be a CUDA tensor, got one on cpu"):
+        _validate.check_cuda(input=None, bias=t(4))
 
 
 @pytest.mark.parametrize("call", [

@@ -10,6 +10,8 @@ import torch.nn as nn
 
 import scratchops
 
+from .packed import PackedWeightCache
+
 NAME = "85_Conv2d_GroupNorm_Scale_MaxPool_Clamp"
 
 
@@ -36,28 +38,58 @@ class Model(nn.Module):
 
 
 class ModelNew(Model):
-    """Model's forward on scratchops kernels.
+    """Model's forward on scratchops kernels only. Subclassing Model keeps the constructor,
+    the parameter names and shapes and the order of their random initialisation identical,
+    so one seed builds equal models.
 
-    Subclassing Model keeps the constructor, the parameter names and shapes and the order of
-    their random initialisation identical, so one seed builds equal models.
-    fused=True (default, the faster chain): conv2d -> group_norm_scale -> max_pool2d_clamp,
-    three kernel stages. fused=False: every op on its own, conv2d -> group_norm -> scale ->
-    max_pool2d -> clamp, the educational chain.
+    variant="one_pass" (default): conv2d_group_norm_pool_clamp, one pass over the input on the
+        tensor cores (sm_90 GPUs): the convolution's epilogue writes group statistics and
+        pooling-window extremes instead of its output, and a finalize kernel writes the
+        result; two kernels per forward (the packed weights are kept while unchanged).
+        The rule: it is used when the max pool is 4 x 4 (stride 4, no padding), the
+        convolution has at most 64 output channels and its output is at least 4 x 4;
+        otherwise this variant runs the "fused" chain.
+    variant="fused": conv2d (implicit GEMM, tensor cores) -> group_norm_scale ->
+        max_pool2d_clamp, three stages. sm_90 GPUs.
+    variant="unfused": every op on its own, conv2d (im2col + gemm v3) -> group_norm -> scale
+        -> max_pool2d -> clamp: the educational chain, any GPU.
     """
 
-    def __init__(self, *init_inputs, fused=True):
+    def __init__(self, *init_inputs, variant="one_pass"):
         super().__init__(*init_inputs)
-        self.fused = fused
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+        self.variant = variant
+        self._packed = PackedWeightCache()
+
+    def one_pass_covers(self, x) -> bool:
+        """The rule above, for input x."""
+        pool = self.maxpool
+        window = (pool.kernel_size, pool.kernel_size) if isinstance(pool.kernel_size, int) \
+            else tuple(pool.kernel_size)
+        stride = window if pool.stride is None else (
+            (pool.stride, pool.stride) if isinstance(pool.stride, int) else tuple(pool.stride))
+        conv = self.conv
+        out_h = x.shape[-2] - conv.kernel_size[0] + 1
+        out_w = x.shape[-1] - conv.kernel_size[1] + 1
+        return (window == stride == (4, 4) and pool.padding == 0 and pool.dilation == 1
+                and not pool.ceil_mode and conv.out_channels <= 64 and min(out_h, out_w) >= 4)
 
     def forward(self, x):
         conv, gn, pool = self.conv, self.group_norm, self.maxpool
-        x = scratchops.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding,
-                              conv.dilation)
-        if self.fused:
+        if self.variant == "one_pass" and self.one_pass_covers(x):
+            return scratchops.conv2d_group_norm_pool_clamp(
+                x, conv.weight, conv.bias, gn.num_groups, gn.weight, gn.bias, self.scale, gn.eps,
+                self.clamp_min, self.clamp_max, packed_weight=self._packed.get(conv.weight))
+        if self.variant in ("one_pass", "fused"):
+            x = scratchops.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding,
+                                  conv.dilation, algorithm="implicit_gemm")
             x = scratchops.group_norm_scale(x, gn.num_groups, gn.weight, gn.bias, self.scale,
                                             gn.eps)
             return scratchops.max_pool2d_clamp(x, pool.kernel_size, pool.stride, pool.padding,
                                                self.clamp_min, self.clamp_max)
+        x = scratchops.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding,
+                              conv.dilation, algorithm="im2col_gemm")
         x = scratchops.group_norm(x, gn.num_groups, gn.weight, gn.bias, gn.eps)
         x = scratchops.scale(x, self.scale)
         x = scratchops.max_pool2d(x, pool.kernel_size, pool.stride, pool.padding)
@@ -65,7 +97,8 @@ class ModelNew(Model):
 
 
 # ModelNew constructor options, by label (used by the tests and `scratchops run`).
-VARIANTS = {"fused": {"fused": True}, "unfused": {"fused": False}}
+VARIANTS = {"one_pass": {"variant": "one_pass"}, "fused": {"variant": "fused"},
+            "unfused": {"variant": "unfused"}}
 
 batch_size = 128
 in_channels = 8

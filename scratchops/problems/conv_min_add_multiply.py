@@ -10,6 +10,8 @@ import torch.nn as nn
 
 import scratchops
 
+from .packed import PackedWeightCache
+
 NAME = "31_Conv2d_Min_Add_Multiply"
 
 
@@ -33,19 +35,40 @@ class Model(nn.Module):
 
 
 class ModelNew(Model):
-    """Model's forward on scratchops kernels: conv2d (im2col + GEMM, its bias in the GEMM's
-    store) -> min_add_mul (the three elementwise ops in one pass). Subclassing Model keeps
-    the constructor, parameters and initialisation order identical."""
+    """Model's forward on scratchops kernels only. Subclassing Model keeps the constructor,
+    parameters and initialisation order identical.
+
+    variant="one_kernel" (default): conv2d_min_add_mul, the convolution on the tensor cores
+        (fp32-accurate 3xTF32) with min, + bias and * factor in its store: one kernel per
+        forward (the packed weights are kept while the weight is unchanged). sm_90 GPUs.
+    variant="chain": conv2d (implicit GEMM, tensor cores) -> min_add_mul. sm_90 GPUs.
+    variant="im2col": conv2d as im2col + gemm v3 (CUDA cores) -> min_add_mul: the educational
+        chain, any GPU.
+    """
+
+    def __init__(self, *init_inputs, variant="one_kernel"):
+        super().__init__(*init_inputs)
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+        self.variant = variant
+        self._packed = PackedWeightCache()
 
     def forward(self, x):
         conv = self.conv
+        if self.variant == "one_kernel":
+            return scratchops.conv2d_min_add_mul(
+                x, conv.weight, conv.bias, self.constant_value, self.bias, self.scaling_factor,
+                conv.stride, conv.padding, conv.dilation,
+                packed_weight=self._packed.get(conv.weight))
+        algorithm = "implicit_gemm" if self.variant == "chain" else "im2col_gemm"
         x = scratchops.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding,
-                              conv.dilation)
+                              conv.dilation, algorithm=algorithm)
         return scratchops.min_add_mul(x, self.constant_value, self.bias, self.scaling_factor)
 
 
 # ModelNew constructor options, by label (used by the tests and `scratchops run`).
-VARIANTS = {"default": {}}
+VARIANTS = {"one_kernel": {"variant": "one_kernel"}, "chain": {"variant": "chain"},
+            "im2col": {"variant": "im2col"}}
 
 batch_size = 128
 in_channels = 64

@@ -1,0 +1,78 @@
+"""The operator library torch.ops.scratchops: schemas, CUDA kernels, fakes and autograd.
+
+Everything here is defined at import, on any machine: the schemas and the fake (meta)
+implementations need no CUDA build, so torch.compile, torch.library.opcheck, FakeTensorMode
+and meta-device tracing work on a CPU too. The CUDA implementation of each operator calls the
+compiled extension's operator of the same name in the private namespace scratchops_cuda
+(scratchops/csrc/binding.cpp), which _build.ops() builds and loads on first use; Dynamo sees
+only the opaque custom operator.
+
+Autograd: every operator is forward-only for now. Its backward raises NotImplementedError
+naming the operator, so .backward() through scratchops never returns silently with missing
+gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _build, _fakes
+
+# name -> schema (arguments and result); binding.cpp defines the same in scratchops_cuda
+# (tests/test_library.py compares the two).
+SCHEMAS = {
+    "im2col": "(Tensor input, int[2] kernel_size, int[2] dilation, int[2] padding, "
+              "int[2] stride, int version) -> Tensor",
+    "gemm": "(Tensor a, Tensor b, Tensor? bias, int version) -> Tensor",
+    "conv2d": "(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
+              "int[2] dilation, int algorithm, int workspace_bytes, int gemm_version) -> Tensor",
+    "conv2d_pack_weight": "(Tensor weight) -> Tensor",
+    "conv2d_min_add_mul": "(Tensor input, Tensor weight, Tensor? conv_bias, int[2] stride, "
+                          "int[2] padding, int[2] dilation, float constant, Tensor bias, "
+                          "float factor, Tensor? packed_weight) -> Tensor",
+    "conv2d_group_norm_pool_clamp": "(Tensor input, Tensor weight, Tensor? conv_bias, "
+                                    "int num_groups, Tensor? gn_weight, Tensor? gn_bias, "
+                                    "Tensor? scale, float eps, float min, float max, "
+                                    "Tensor? packed_weight) -> Tensor",
+    "group_norm": "(Tensor input, int num_groups, Tensor? weight, Tensor? bias, Tensor? scale, "
+                  "float eps) -> Tensor",
+    "scale": "(Tensor input, Tensor scale) -> Tensor",
+    "min_add_mul": "(Tensor input, float constant, Tensor bias, float factor) -> Tensor",
+    "max_pool2d_clamp": "(Tensor input, int[2] kernel_size, int[2] stride, int[2] padding, "
+                        "float min, float max) -> Tensor",
+    "clamp": "(Tensor input, float min, float max) -> Tensor",
+}
+
+_LIB = torch.library.Library("scratchops", "DEF")
+
+
+def _cuda_kernel(name: str):
+    def kernel(*args):
+        return getattr(_build.ops(), name)(*args)
+
+    kernel.__name__ = f"{name}_cuda"
+    return kernel
+
+
+def _no_backward(name: str):
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            f"scratchops.{name}: backward is not implemented (scratchops kernels are "
+            "forward-only for now); run the forward under torch.no_grad() or "
+            "torch.inference_mode(), or train with torch's own operators")
+
+    return backward
+
+
+def _no_context(ctx, inputs, output):
+    pass
+
+
+for _name, _schema in SCHEMAS.items():
+    _LIB.define(_name + _schema)
+    _LIB.impl(_name, _cuda_kernel(_name), "CUDA")
+    torch.library.register_fake(f"scratchops::{_name}", getattr(_fakes, _name), lib=_LIB)
+    torch.library.register_autograd(f"scratchops::{_name}", _no_backward(_name),
+                                    setup_context=_no_context, lib=_LIB)
+
+OPS = torch.ops.scratchops

@@ -1,0 +1,183 @@
+"""The tensor-core kernels (sm_90): gemm v5, the implicit-GEMM conv2d and the fused P31 and
+P85 operators, against torch fp32 (TF32 off) and float64.
+
+Accuracy rule (KernelBench's): allclose(atol = rtol = 1e-4) against torch fp32, and the error
+against float64 within 4x of torch fp32's own.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import scratchops
+from helpers import HAS_GPU, assert_matches, poison_next, rand
+
+HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+pytestmark = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (H100/H200); "
+                                                    "scripts/gpu_check.sh runs these on one")
+
+
+def max_err(out, ref64):
+    return (out.double() - ref64).abs().max().item()
+
+
+def assert_fp32_accurate(out, ref32, ref64):
+    """allclose to torch fp32 and float64, and no worse than 4x torch fp32's own error."""
+    assert_matches(out, ref32, ref64)
+    assert max_err(out, ref64) <= 4 * max(max_err(ref32, ref64), 1e-7)
+
+
+# ------------------------------------------------------------------------------- gemm v5
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 7, 3), (31, 67, 13), (127, 131, 137),
+                                   (64, 15876, 72), (128, 1234, 576), (257, 1000, 513),
+                                   (1031, 509, 1021)])
+def test_gemm_v5_against_fp32_and_float64(m, n, k):
+    a, b, bias = rand(m, k), rand(k, n), rand(m)
+    poison_next(m, n)
+    out = scratchops.gemm(a, b, bias, version=5)
+    ref32 = a @ b + bias[:, None]
+    ref64 = a.double() @ b.double() + bias.double()[:, None]
+    assert_fp32_accurate(out, ref32, ref64)
+
+
+def test_gemm_v5_4096_more_accurate_than_sgemm():
+    a, b = rand(4096, 4096, low=0.0), rand(4096, 4096, low=0.0)
+    out = scratchops.gemm(a, b, version=5)
+    ref64 = a.double() @ b.double()
+    assert torch.allclose(out, a @ b, atol=1e-4, rtol=1e-4)
+    assert max_err(out, ref64) <= 4 * max_err(a @ b, ref64)
+
+
+def test_gemm_v5_inf_and_nan_as_fp32():
+    a, b = rand(70, 40, low=0.0), rand(40, 90, low=0.1)
+    a[3, 5], a[10, 7], a[20, 1] = float("inf"), float("-inf"), float("nan")
+    b[2, 30], b[9, 60] = float("inf"), float("nan")
+    a[40, 0] = 3.4028e38  # rounds to Inf in TF32 if split naively
+    out, ref = scratchops.gemm(a, b, version=5), a @ b
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+def test_gemm_v5_is_deterministic():
+    a, b = rand(300, 257), rand(257, 190)
+    assert torch.equal(scratchops.gemm(a, b, version=5), scratchops.gemm(a, b, version=5))
+
+
+# ------------------------------------------------------------------ implicit-GEMM conv2d
+CONV_CASES = [
+    ((1, 1, 5, 5), (1, 1, 3, 3), 1, 0, 1),
+    ((2, 3, 17, 19), (5, 3, 3, 3), 2, 1, 1),
+    ((3, 2, 15, 13), (6, 2, 3, 3), 1, 2, 2),
+    ((3, 8, 9, 7), (4, 8, 2, 5), (2, 1), (1, 2), (1, 2)),
+    ((2, 7, 11, 11), (9, 7, 1, 1), 1, 0, 1),
+    ((1, 2, 1, 1), (3, 2, 3, 3), 1, 1, 1),
+    ((2, 70, 20, 19), (130, 70, 5, 5), 1, 2, 1),
+    ((1, 33, 31, 29), (200, 33, 3, 3), 1, 1, 1),
+    ((2, 64, 37, 41), (128, 64, 3, 3), 1, 0, 1),
+    ((2, 8, 33, 35), (64, 8, 3, 3), 1, 0, 1),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", CONV_CASES)
+def test_conv2d_implicit_gemm(x_shape, w_shape, stride, padding, dilation):
+    x = rand(*x_shape, low=0.0)
+    w = rand(*w_shape) / (w_shape[1] * w_shape[2] * w_shape[3]) ** 0.5
+    b = rand(w_shape[0])
+    ref32 = F.conv2d(x, w, b, stride, padding, dilation)
+    ref64 = F.conv2d(x.double(), w.double(), b.double(), stride, padding, dilation)
+    poison_next(*ref32.shape)
+    out = scratchops.conv2d(x, w, b, stride, padding, dilation, algorithm="implicit_gemm")
+    assert_fp32_accurate(out, ref32, ref64)
+
+
+def test_conv2d_implicit_gemm_nan_and_inf_input():
+    x, w, b = rand(2, 8, 20, 19, low=0.0), rand(16, 8, 3, 3), rand(16)
+    x[0, 3, 5, 7], x[1, 0, 0, 0] = float("nan"), float("inf")
+    torch.testing.assert_close(scratchops.conv2d(x, w, b), F.conv2d(x, w, b), atol=1e-4,
+                               rtol=1e-4, equal_nan=True)
+
+
+# ------------------------------------------------------------------- P31 in one kernel
+def p31_reference(x, w, cb, constant, bias, factor):
+    ref32 = (torch.min(F.conv2d(x, w, cb), torch.tensor(constant)) + bias) * factor
+    ref64 = (torch.clamp_max(F.conv2d(x.double(), w.double(), cb.double()), constant)
+             + bias.double()) * factor
+    return ref32, ref64
+
+
+@pytest.mark.parametrize("x_shape,cout", [((1, 64, 20, 23), 128), ((2, 3, 9, 9), 5),
+                                          ((3, 16, 17, 11), 72)])
+def test_conv2d_min_add_mul(x_shape, cout):
+    x, w = rand(*x_shape, low=0.0), rand(cout, x_shape[1], 3, 3) / (9 * x_shape[1]) ** 0.5
+    cb, bias = rand(cout), rand(cout, 1, 1)
+    ref32, ref64 = p31_reference(x, w, cb, 0.1, bias, 2.0)
+    poison_next(*ref32.shape)
+    out = scratchops.conv2d_min_add_mul(x, w, cb, 0.1, bias, 2.0)
+    assert_fp32_accurate(out, ref32, ref64)
+    packed = scratchops.conv2d_pack_weight(w)
+    assert torch.equal(scratchops.conv2d_min_add_mul(x, w, cb, 0.1, bias, 2.0,
+                                                     packed_weight=packed), out)
+
+
+def test_conv2d_min_add_mul_propagates_nan():
+    x, w, cb, bias = rand(1, 8, 10, 10), rand(16, 8, 3, 3), rand(16), rand(16)
+    x[0, 2, 4, 4] = float("nan")
+    out = scratchops.conv2d_min_add_mul(x, w, cb, 0.5, bias, 2.0)
+    ref32, _ = p31_reference(x, w, cb, 0.5, bias[:, None, None], 2.0)
+    torch.testing.assert_close(out, ref32, atol=1e-4, rtol=1e-4, equal_nan=True)
+    assert torch.isnan(out).any()
+
+
+# -------------------------------------------------------------------- P85 in one pass
+def p85_model(cin, cout, groups, lo, hi):
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(cin, cout, 3)
+            self.group_norm = nn.GroupNorm(groups, cout)
+            self.scale = nn.Parameter(torch.randn(cout, 1, 1))
+            self.maxpool = nn.MaxPool2d(4)
+
+        def forward(self, x):
+            x = self.group_norm(self.conv(x)) * self.scale
+            return torch.clamp(self.maxpool(x), lo, hi)
+    return Model().cuda()
+
+
+def one_pass(m, x, lo, hi):
+    gn = m.group_norm
+    return scratchops.conv2d_group_norm_pool_clamp(x, m.conv.weight, m.conv.bias, gn.num_groups,
+                                                   gn.weight, gn.bias, m.scale, gn.eps, lo, hi)
+
+
+@pytest.mark.parametrize("n,cin,cout,hw,groups,lo,hi,mean", [
+    (2, 8, 64, (128, 128), 16, 0.0, 1.0, 0.0),
+    (3, 3, 20, (21, 19), 5, -1.0, 0.7, 0.0),
+    (1, 8, 64, (37, 70), 8, -2.0, 2.0, 0.0),
+    (2, 16, 48, (16, 16), 4, 0.0, 1.0, 0.0),
+    (2, 8, 64, (40, 40), 16, -10.0, 10.0, 1000.0),  # large mean, small variance
+    (1, 1, 1, (6, 6), 1, -5.0, 5.0, 0.0),
+])
+def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean):
+    torch.manual_seed(n * 1000 + cout)
+    m = p85_model(cin, cout, groups, lo, hi)
+    with torch.no_grad():
+        for p in (m.group_norm.weight, m.group_norm.bias, m.scale):
+            p.copy_(torch.randn_like(p))  # negative gamma * scale included
+        x = rand(n, cin, *hw, low=0.0) + mean
+        ref32, ref64 = m(x), copy.deepcopy(m).double()(x.double())
+        poison_next(*ref32.shape)
+        out = one_pass(m, x, lo, hi)
+    assert_fp32_accurate(out, ref32, ref64)
+    assert torch.equal(out, one_pass(m, x, lo, hi))  # deterministic
+
+
+def test_conv2d_group_norm_pool_clamp_nan_input():
+    m = p85_model(8, 64, 16, 0.0, 1.0)
+    x = rand(2, 8, 30, 30, low=0.0)
+    x[0, 2, 10, 10] = float("nan")
+    with torch.no_grad():
+        torch.testing.assert_close(one_pass(m, x, 0.0, 1.0), m(x), atol=1e-4, rtol=1e-4,
+                                   equal_nan=True)
