@@ -23,10 +23,10 @@ namespace scratchops {
 //   C[b]: M x N, leading dimension ldc, batch stride stride_c
 // bias may be nullptr. Batch strides are in elements (64-bit: the batch as a
 // whole may exceed 2^31 elements only through the pointer arithmetic here).
-// version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked
+// version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked, 4 = pipelined
 // (see the table at the top of gemm.cu). Returns cudaErrorInvalidValue for an
 // unknown version.
-constexpr int kGemmNumVersions = 3;       // gemm_launch's versions 1..3
+constexpr int kGemmNumVersions = 4;       // gemm_launch's versions 1..4
 constexpr int kGemmTensorCoreVersion = 5;  // gemm_tf32x3_launch
 cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
                         int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,

@@ -305,7 +305,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     keys = PROBLEM_KEYS if args.problem == "all" else (args.problem,)
     results = {}
-    with torch.inference_mode():
+    # no_grad rather than inference_mode: parameters made under inference_mode have no
+    # version counter, so ModelNew could not keep its packed weights between forwards.
+    with torch.no_grad():
         env = environment()
         for key in keys:
             results[key] = run_problem(key, PROBLEMS[key], args, default_tf32)

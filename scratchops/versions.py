@@ -2,12 +2,13 @@
 describe each; the CLI, the benchmarks, the fakes and the tests read these tables)."""
 
 # GEMM versions (cuda/gemm.cu). 5 runs on the tensor cores of an sm_90 GPU (H100, H200).
-GEMM_VERSIONS = {1: "naive", 2: "shared_tiles", 3: "register_tiles", 5: "tensor_cores_3xtf32"}
+GEMM_VERSIONS = {1: "naive", 2: "shared_tiles", 3: "register_tiles", 4: "pipelined",
+                 5: "tensor_cores_3xtf32"}
 GEMM_TENSOR_CORE_VERSION = 5
 DEFAULT_GEMM_VERSION = GEMM_TENSOR_CORE_VERSION
 # The versions conv2d's im2col + gemm path can use (v5 belongs to the implicit GEMM instead).
 IM2COL_GEMM_VERSIONS = {v: name for v, name in GEMM_VERSIONS.items() if v != 5}
-DEFAULT_IM2COL_GEMM_VERSION = 3
+DEFAULT_IM2COL_GEMM_VERSION = 4
 # im2col versions (cuda/conv_im2col.cu); conv2d's im2col path uses the default.
 IM2COL_VERSIONS = {1: "per_element", 2: "per_row"}
 DEFAULT_IM2COL_VERSION = 2
