@@ -7,14 +7,20 @@ compiled extension's operator of the same name in the private namespace scratcho
 (scratchops/csrc/binding.cpp), which _build.ops() builds and loads on first use; Dynamo sees
 only the opaque custom operator.
 
-Autograd: every operator is forward-only for now. Its backward raises NotImplementedError
-naming the operator, so .backward() through scratchops never returns silently with missing
-gradients.
+Autograd: every operator is forward-only for now, and says so. Its backward computes each
+input's gradient with the private operator scratchops::_backward_not_implemented, which
+raises NotImplementedError naming the operator when it runs, so .backward() through
+scratchops never returns silently with missing gradients. Raising when the backward *runs*,
+not when it is traced, lets torch.compile trace a model whose parameters require grad (its
+forward then runs as in eager mode); the backward raises then, as in eager mode. Under
+FakeTensorMode (tracing) that operator returns a gradient-shaped fake tensor; on real meta
+tensors it raises like on the GPU.
 """
 
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from . import _build, _fakes
 
@@ -44,6 +50,7 @@ SCHEMAS = {
 }
 
 _LIB = torch.library.Library("scratchops", "DEF")
+OPS = torch.ops.scratchops
 
 
 def _cuda_kernel(name: str):
@@ -54,18 +61,42 @@ def _cuda_kernel(name: str):
     return kernel
 
 
+def backward_error(name: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"scratchops.{name}: backward is not implemented (scratchops kernels are forward-only "
+        "for now); run the forward under torch.no_grad() or torch.inference_mode(), or train "
+        "with torch's own operators")
+
+
+_LIB.define("_backward_not_implemented(str op, Tensor grad, SymInt[] shape) -> Tensor")
+
+
+def _backward_not_implemented(op, grad, shape):
+    raise backward_error(op)
+
+
+def _backward_not_implemented_fake(op, grad, shape):
+    if not is_fake(grad):  # a real meta tensor: an eager backward on the meta device
+        raise backward_error(op)
+    return grad.new_empty(shape)
+
+
+_LIB.impl("_backward_not_implemented", _backward_not_implemented, "CompositeExplicitAutograd")
+torch.library.register_fake("scratchops::_backward_not_implemented",
+                            _backward_not_implemented_fake, lib=_LIB)
+
+
+def _save_input_shapes(ctx, inputs, output):
+    ctx.input_shapes = [x.shape if isinstance(x, torch.Tensor) else None for x in inputs]
+
+
 def _no_backward(name: str):
-    def backward(ctx, *grads):
-        raise NotImplementedError(
-            f"scratchops.{name}: backward is not implemented (scratchops kernels are "
-            "forward-only for now); run the forward under torch.no_grad() or "
-            "torch.inference_mode(), or train with torch's own operators")
+    def backward(ctx, grad):
+        return tuple(
+            OPS._backward_not_implemented(name, grad, list(shape)) if needed else None
+            for shape, needed in zip(ctx.input_shapes, ctx.needs_input_grad))
 
     return backward
-
-
-def _no_context(ctx, inputs, output):
-    pass
 
 
 for _name, _schema in SCHEMAS.items():
@@ -73,6 +104,4 @@ for _name, _schema in SCHEMAS.items():
     _LIB.impl(_name, _cuda_kernel(_name), "CUDA")
     torch.library.register_fake(f"scratchops::{_name}", getattr(_fakes, _name), lib=_LIB)
     torch.library.register_autograd(f"scratchops::{_name}", _no_backward(_name),
-                                    setup_context=_no_context, lib=_LIB)
-
-OPS = torch.ops.scratchops
+                                    setup_context=_save_input_shapes, lib=_LIB)

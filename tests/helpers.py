@@ -6,8 +6,32 @@ import pytest
 import torch
 
 HAS_GPU = torch.cuda.is_available()
-requires_gpu = pytest.mark.skipif(
-    not HAS_GPU, reason="needs a CUDA GPU (none here); scripts/gpu_check.sh runs these on one")
+NO_GPU_REASON = "needs a CUDA GPU (none here); scripts/gpu_check.sh runs these on one"
+requires_gpu = pytest.mark.skipif(not HAS_GPU, reason=NO_GPU_REASON)
+HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+
+# What runs on the tensor cores of an sm_90 GPU only: these operators and ModelNew variants.
+TENSOR_CORE_OPERATORS = {"conv2d_group_norm_pool_clamp", "conv2d_min_add_mul",
+                         "conv2d_pack_weight"}
+TENSOR_CORE_VARIANTS = {("p85", "one_pass"), ("p85", "fused"), ("p31", "one_kernel"),
+                        ("p31", "chain")}
+
+
+def model_cases():
+    """(problem, variant label) for every ModelNew variant of both problems."""
+    from scratchops.problems import PROBLEMS
+    return [(name, label) for name, module in PROBLEMS.items() for label in module.VARIANTS]
+
+
+def skip_unless_runnable(device="cuda", *, operator=None, case=None):
+    """Skip a test on `device` where it cannot run: no GPU, or a tensor-core operator or
+    ModelNew variant on a GPU other than sm_90. Meta tensors run anywhere."""
+    if device != "cuda":
+        return
+    if not HAS_GPU:
+        pytest.skip(NO_GPU_REASON)
+    if not HOPPER and (operator in TENSOR_CORE_OPERATORS or case in TENSOR_CORE_VARIANTS):
+        pytest.skip("runs on the tensor cores of an sm_90 GPU")
 
 ATOL = RTOL = 1e-4
 
@@ -33,3 +57,35 @@ def assert_matches(out, ref32, ref64, *, atol=ATOL, rtol=RTOL, equal_nan=False):
         (out.dtype, out.shape, ref32.shape, ref64.shape)
     torch.testing.assert_close(out, ref32, atol=atol, rtol=rtol, equal_nan=equal_nan)
     torch.testing.assert_close(out.double(), ref64, atol=atol, rtol=rtol, equal_nan=equal_nan)
+
+
+def _operator_samples():
+    """One argument tuple per registered operator, as (device -> args): small shapes that
+    exercise padding, stride, bias and per-channel parameters."""
+    inf = float("inf")
+    workspace = 256 * 2**20
+
+    def sample(build):
+        return lambda device: build(lambda *shape: rand(*shape, device=device))
+
+    return {
+        "im2col": sample(lambda r: (r(2, 3, 9, 8), [3, 2], [1, 1], [1, 0], [2, 1], 2)),
+        "gemm": sample(lambda r: (r(2, 33, 17), r(2, 17, 45), r(33), 3)),
+        "conv2d": sample(lambda r: (r(2, 3, 11, 10), r(4, 3, 3, 3), r(4), [1, 1], [1, 1], [1, 1],
+                                    0, workspace, 3)),
+        "conv2d_pack_weight": sample(lambda r: (r(70, 5, 3, 2),)),
+        "conv2d_min_add_mul": sample(lambda r: (r(2, 5, 9, 8), r(70, 5, 3, 3), r(70), [1, 1],
+                                                [1, 1], [1, 1], 0.25, r(70), 2.0, None)),
+        "conv2d_group_norm_pool_clamp": sample(
+            lambda r: (r(2, 3, 11, 10), r(8, 3, 3, 3), r(8), 4, r(8), r(8), r(8, 1, 1), 1e-5,
+                       -0.5, 0.5, None)),
+        "group_norm": sample(lambda r: (r(2, 6, 5, 7), 3, r(6), r(6), r(6, 1, 1), 1e-5)),
+        "scale": sample(lambda r: (r(2, 6, 5, 7), r(6, 1, 1))),
+        "min_add_mul": sample(lambda r: (r(2, 6, 5, 7), 0.5, r(6, 1, 1), 2.0)),
+        "max_pool2d_clamp": sample(lambda r: (r(2, 3, 9, 10), [3, 3], [2, 2], [1, 1], -inf, inf)),
+        "clamp": sample(lambda r: (r(3, 5, 7), 0.0, 1.0)),
+    }
+
+
+# name -> (device -> argument tuple) for torch.ops.scratchops.<name>, every operator once.
+OPERATOR_SAMPLES = _operator_samples()

@@ -1,26 +1,17 @@
 """ModelNew against KernelBench's Model for both problems: every variant at full KernelBench
-size, the kernels it launches, torch.compile(fullgraph=True) and backward."""
+size, the kernels it launches, P85's one-pass rule. (torch.compile: test_compile.py;
+backward: test_autograd.py.)"""
 
 import copy
 
 import pytest
 import torch
 
-from helpers import HAS_GPU, assert_matches, requires_gpu
-
-HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
-# Variants that need the tensor cores of an sm_90 GPU (the rest run on any GPU).
-TENSOR_CORE_VARIANTS = {("p85", "one_pass"), ("p85", "fused"), ("p31", "one_kernel"),
-                        ("p31", "chain")}
-
-
-def skip_unless_runnable(name, label):
-    if (name, label) in TENSOR_CORE_VARIANTS and not HOPPER:
-        pytest.skip("this variant runs on the tensor cores of an sm_90 GPU")
+from helpers import (HAS_GPU, HOPPER, TENSOR_CORE_VARIANTS, assert_matches, model_cases,
+                     requires_gpu, skip_unless_runnable)
 from scratchops.problems import PROBLEMS
 
-
-CASES = [(name, label) for name, module in PROBLEMS.items() for label in module.VARIANTS]
+CASES = model_cases()
 
 
 def build(module, label, seed):
@@ -74,7 +65,7 @@ def test_model_new_matches_model(kernelbench_input, label):
 @requires_gpu
 @pytest.mark.parametrize("name,label", CASES)
 def test_model_new_launches_only_scratchops_kernels(name, label):
-    skip_unless_runnable(name, label)
+    skip_unless_runnable(case=(name, label))
     module = PROBLEMS[name]
     _, model_new = build(module, label, seed=3)
     x = torch.rand(2, *module.get_inputs()[0].shape[1:], device="cuda")
@@ -93,36 +84,6 @@ def test_model_new_launches_only_scratchops_kernels(name, label):
     expected = {("p31", "one_kernel"): 1, ("p85", "one_pass"): 2}.get((name, label))
     if expected is not None:
         assert len(device_events) == expected, device_events
-
-
-@requires_gpu
-@pytest.mark.parametrize("name,label", CASES)
-def test_torch_compile_fullgraph_matches_eager(name, label):
-    skip_unless_runnable(name, label)
-    module = PROBLEMS[name]
-    model, model_new = build(module, label, seed=5)
-    x = torch.rand(2, *module.get_inputs()[0].shape[1:2], 20, 19, device="cuda")
-    torch._dynamo.reset()
-    compiled = torch.compile(model_new, fullgraph=True)
-    with torch.no_grad():
-        eager, out, ref = model_new(x), compiled(x), model(x)
-    torch.testing.assert_close(out, eager, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
-    explanation = torch._dynamo.explain(model_new)(x)
-    assert explanation.graph_break_count == 0, explanation.break_reasons
-
-
-@requires_gpu
-@pytest.mark.parametrize("name,label", CASES)
-def test_backward_raises_instead_of_leaving_gradients_empty(name, label):
-    skip_unless_runnable(name, label)
-    module = PROBLEMS[name]
-    _, model_new = build(module, label, seed=5)
-    x = torch.rand(2, *module.get_inputs()[0].shape[1:2], 20, 19, device="cuda",
-                   requires_grad=True)
-    y = model_new(x)
-    with pytest.raises(NotImplementedError, match=r"scratchops\.\w+: backward is not implemented"):
-        y.sum().backward()
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the CPU-only path")

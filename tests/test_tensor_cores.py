@@ -13,9 +13,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import scratchops
-from helpers import HAS_GPU, assert_matches, poison_next, rand
+from helpers import HOPPER, assert_matches, poison_next, rand
 
-HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
 pytestmark = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (H100/H200); "
                                                     "scripts/gpu_check.sh runs these on one")
 

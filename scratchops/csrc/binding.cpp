@@ -4,10 +4,17 @@
 // (scratchops/_library.py) with their fake (meta) and autograd registrations, so they exist,
 // and trace, without this file being built. This file is the CUDA side: it defines the same
 // operators in the private namespace scratchops_cuda with their CUDA implementations, which
-// scratchops.<name>'s CUDA kernel calls once the extension is loaded. Each implementation
-// checks what memory safety needs (argument errors come from Python first, with friendlier
-// messages), allocates outputs and workspaces, and calls a launcher from cuda/*.cu on the
-// current stream of the input's device; a CUDA error becomes a Python exception.
+// scratchops.<name>'s CUDA kernel calls once the extension is loaded (scratchops/_build.py:
+// a module-level read on every call, the lock and the build on the first only). A private
+// operator namespace rather than pybind functions: the dispatcher converts Tensor?, int[2]
+// and float arguments from the same schemas, and the library loads without a Python module
+// (is_python_module=False). Autograd and fakes belong to the public operators, so these need
+// only their CUDA kernels.
+//
+// Each implementation checks what memory safety needs (argument errors come from Python
+// first, with friendlier messages), allocates outputs and workspaces, returns an empty output
+// without launching anything, and otherwise calls a launcher from cuda/*.cu on the current
+// stream of the input's device; a CUDA error becomes a Python exception.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
