@@ -4,11 +4,14 @@ Everything here runs on any device, meta and fake tensors included, so the check
 testable without a GPU and the fake kernels reject exactly what the real ones reject. The
 device check (`check_cuda`) is separate because fake tensors may stand on any device.
 
-Errors: TypeError for a wrong Python type or dtype (a bool, string or float where an int is
-expected included), ValueError for a wrong rank, shape, layout or value, NotImplementedError
-for a torch feature scratchops does not cover. Integer-like scalars torch accepts (numpy and
-torch integers) are accepted. Empty tensors behave as torch's counterparts: an empty result
-of the right shape where torch gives one, the same refusal where torch refuses.
+Errors: TypeError for a wrong Python type or dtype (a bool, string, float or None where an
+int is expected included), ValueError for a wrong rank, shape, layout or value,
+NotImplementedError for a torch feature scratchops does not cover. What torch accepts is
+accepted: numpy and 0-dim torch integers, one-element lists for pairs, numbers as Python or
+numpy scalars or 0-dim tensors. Empty tensors behave as torch's counterparts: an empty result
+of the right shape where torch gives one, a ValueError where torch refuses (and for conv2d's
+0 input channels, where torch's result has the wrong shape). tests/test_like_torch.py
+compares each with torch.
 """
 
 from __future__ import annotations
@@ -73,9 +76,9 @@ def check_cuda(**tensors) -> None:
 
 def as_int(value, name: str) -> int:
     """An integer scalar as an int: Python, numpy or 0-dim torch integers (operator.index);
-    a bool, float, string or anything else is a TypeError, as in torch."""
-    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and
-                                   (value.dim() != 0 or value.is_floating_point())):
+    a bool (a bool tensor too), float, string or anything else is a TypeError, as in torch."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and (
+            value.dim() != 0 or value.is_floating_point() or value.dtype == torch.bool)):
         raise TypeError(f"{name} must be an int, got {value!r}")
     try:
         return operator.index(value)
@@ -84,11 +87,12 @@ def as_int(value, name: str) -> int:
 
 
 def as_pair(value, name: str, minimum: int) -> tuple[int, int]:
-    """An int or a pair of ints, each >= minimum and <= GEOMETRY_MAX, as a 2-tuple."""
+    """An int or a pair of ints (a sequence of one int counts as that int, as in F.conv2d and
+    F.max_pool2d), each >= minimum and <= GEOMETRY_MAX, as a 2-tuple."""
     if isinstance(value, Sequence) and not isinstance(value, str):
-        if len(value) != 2:
+        if len(value) not in (1, 2):
             raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
-        pair = tuple(as_int(v, name) for v in value)
+        pair = tuple(as_int(v, name) for v in value) * (3 - len(value))
     else:
         try:
             pair = (as_int(value, name),) * 2
@@ -197,9 +201,13 @@ def conv2d_padding(padding, kernel: tuple[int, int], stride: tuple[int, int],
 
 def conv2d_args(x, weight, bias, stride, padding, dilation, groups):
     """Normalised (stride, padding, dilation) and the output shape for 4-D x."""
-    # F.conv2d refuses 0 output channels and an empty spatial input; 0 input channels give it
-    # an oddly shaped result, which scratchops refuses instead.
-    check_tensor(x, "input", (4,), nonzero=(1, 2, 3))
+    # F.conv2d refuses 0 output channels and an empty spatial input. 0 input channels give it
+    # a result with 0 output channels, not the convolution's shape: scratchops refuses them.
+    check_tensor(x, "input", (4,), nonzero=(2, 3))
+    if x.shape[1] == 0:
+        raise ValueError(f"input has 0 channels (shape {tuple(x.shape)}): scratchops.conv2d "
+                         "refuses them (F.conv2d returns a result with 0 output channels, "
+                         "not the convolution's shape)")
     check_tensor(weight, "weight", (4,), nonzero=(0, 1, 2, 3))
     groups = as_int(groups, "groups")
     if groups < 1:
@@ -228,7 +236,14 @@ def conv2d_args(x, weight, bias, stride, padding, dilation, groups):
 
 
 def as_float(value, name: str) -> float:
-    """A real number (Python or numpy, bools included as torch takes them) as a float."""
+    """A real number as a float: Python or numpy numbers (bools included) and 0-dim real
+    tensors, as torch's number arguments take them; a string, None or anything else is a
+    TypeError."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 or value.is_complex():
+            raise TypeError(f"{name} must be a real number, got a tensor of shape "
+                            f"{tuple(value.shape)} and dtype {value.dtype}")
+        return float(value)
     if not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r}")
     return float(value)

@@ -8,8 +8,6 @@ the meta device / fake tensors, for tracing); nothing is copied or converted sil
 
 from __future__ import annotations
 
-import torch
-
 from . import _validate
 from ._library import OPS
 from .versions import (CONV2D_ALGORITHMS, DEFAULT_CONV2D_ALGORITHM,
@@ -67,6 +65,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     x, unbatched = _batched(input, "input")
     (stride, padding, dilation), _ = _validate.conv2d_args(
         x, weight, bias, stride, padding, dilation, groups)
+    if not isinstance(algorithm, str):
+        raise TypeError(f"algorithm must be a string, got {algorithm!r}")
     if algorithm not in CONV2D_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(CONV2D_ALGORITHMS)}, got "
                          f"{algorithm!r}")

@@ -125,6 +125,7 @@ Tensor im2col_cuda(const Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef
     check_fits(x.size(0) * taps * pixels, "the im2col output");
     c10::cuda::CUDAGuard guard(x.device());
     Tensor cols = at::empty({x.size(0), taps, pixels}, x.options());
+    if (cols.numel() == 0) return cols;
     check_cuda(im2col_launch(static_cast<int>(version), x.data_ptr<float>(), cols.data_ptr<float>(),
                              static_cast<int>(x.size(0)), g, 0, static_cast<int>(pixels),
                              stream_of(x)),
