@@ -35,9 +35,10 @@ INSTALL_HINT = ("install a CUDA build of PyTorch (https://pytorch.org/get-starte
 
 
 def cuda_dir() -> Path:
-    """The kernel sources: the checkout's cuda/ or the installed package's copy."""
-    checkout = PACKAGE_DIR.parent / "cuda"
-    return checkout if (checkout / "launchers.h").exists() else PACKAGE_DIR / "_cuda"
+    """The kernel sources: the installed package's copy (a regular install) or else the
+    checkout's cuda/ (an editable install, or the source tree itself)."""
+    packaged = PACKAGE_DIR / "_cuda"
+    return packaged if (packaged / "launchers.h").exists() else PACKAGE_DIR.parent / "cuda"
 
 
 def kernel_sources() -> list[Path]:

@@ -3,8 +3,10 @@
 #   env -> install (the README's command) -> build -> pytest (every test, GPU ones included)
 #   -> compute-sanitizer memcheck + racecheck -> main job (scratchops run) -> short bench.
 # Usage: scripts/gpu_check.sh [STEP ...]   (default: all steps, in that order)
-# The GPU machine has no network: put a setuptools wheel in .whl/ first (git-ignored;
-# `python3 -m pip download --no-deps --only-binary=:all: -d .whl setuptools`) and carry it.
+# The GPU machine has no network: pip takes what it needs from .whl/ (PIP_NO_INDEX and
+# PIP_FIND_LINKS are set below, for the install step and for tests/test_packaging.py's wheel
+# builds); fill it first with scripts/fetch_build_wheels.sh (a setuptools wheel; .whl/ is
+# git-ignored, so carry it along).
 # Logs: $OUT/logs/<step>.log (a temporary folder when OUT is unset); a summary is printed
 # last. PACK_LOGS=1 packs the logs into $OUT/logs.tgz (the device tool returns few files).
 # RUN_ARGS / BENCH_ARGS pass options on (BENCH_ARGS defaults to --quick; set it to "" for
@@ -16,6 +18,7 @@ export PYTHONUNBUFFERED=1
 # The build lives in the checkout (ignored by git), so a warm machine rebuilds only changes.
 export SCRATCHOPS_BUILD_DIR=${SCRATCHOPS_BUILD_DIR:-$PWD/.build/kernels}
 PY=${PYTHON:-python3}
+export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl"
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
 STEPS=("$@")
@@ -37,9 +40,11 @@ run_step() {  # run_step NAME TIMEOUT_SECONDS COMMAND...
 for step in "${STEPS[@]}"; do
     case $step in
     env) run_step env 60 sh -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv; $PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'; nvcc --version | tail -n 2" ;;
-    # The README's install command. The machine has no network: pip's isolated build takes
-    # setuptools from .whl/ (scripts/gpu_check.sh's caller carries it; see the top).
-    install) run_step install 300 env PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" $PY -m pip install -e . ;;
+    # The README's install command, verbatim; pip's isolated build takes setuptools from .whl/.
+    install)
+        ls .whl/setuptools-*.whl > /dev/null 2>&1 ||
+            echo "no setuptools wheel in .whl/: run scripts/fetch_build_wheels.sh where there is a network and carry .whl/"
+        run_step install 300 $PY -m pip install -e . ;;
     build) run_step build 600 env SCRATCHOPS_VERBOSE_BUILD=1 $PY -c "import scratchops, time; t = time.time(); scratchops.load(); print(f'kernels loaded in {time.time() - t:.1f} s')" ;;
     pytest) run_step pytest 900 $PY -m pytest tests -q -rs -p no:cacheprovider --durations=12 ;;
     memcheck) run_step memcheck 600 $SANITIZE --tool memcheck $PY scripts/sanitize_driver.py ;;
