@@ -30,8 +30,10 @@ import torch
 PACKAGE_DIR = Path(__file__).resolve().parent
 BINDING = PACKAGE_DIR / "csrc" / "binding.cpp"
 EXTENSION_NAME = "scratchops_kernels"
-INSTALL_HINT = ("install a CUDA build of PyTorch (https://pytorch.org/get-started/locally/), then "
-                "`python3 -m pip install -e .` in the scratchops checkout")
+# The README's install commands (tests/test_readme.py keeps them equal).
+INSTALL_HINT = ("install a CUDA build of PyTorch (`python3 -m pip install torch`, or the command "
+                "for your CUDA version from https://pytorch.org/get-started/locally/), then "
+                "`python3 -m pip install -e .` in the root of the scratchops checkout")
 
 
 def cuda_dir() -> Path:
