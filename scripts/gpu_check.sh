@@ -10,7 +10,8 @@
 # Logs: $OUT/logs/<step>.log (a temporary folder when OUT is unset); a summary is printed
 # last. PACK_LOGS=1 packs the logs into $OUT/logs.tgz (the device tool returns few files).
 # RUN_ARGS / BENCH_ARGS pass options on (BENCH_ARGS defaults to --quick; set it to "" for
-# the full sweep).
+# the full sweep); PYTEST_ARGS picks tests (default: tests, all of them), e.g.
+# PYTEST_ARGS="tests/test_compile.py tests/test_autograd.py" to stay inside a time limit.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
@@ -46,7 +47,7 @@ for step in "${STEPS[@]}"; do
             echo "no setuptools wheel in .whl/: run scripts/fetch_build_wheels.sh where there is a network and carry .whl/"
         run_step install 300 $PY -m pip install -e . ;;
     build) run_step build 600 env SCRATCHOPS_VERBOSE_BUILD=1 $PY -c "import scratchops, time; t = time.time(); scratchops.load(); print(f'kernels loaded in {time.time() - t:.1f} s')" ;;
-    pytest) run_step pytest 900 $PY -m pytest tests -q -rs -p no:cacheprovider --durations=12 ;;
+    pytest) run_step pytest 900 $PY -m pytest ${PYTEST_ARGS:-tests} -q -rs -p no:cacheprovider --durations=12 ;;
     memcheck) run_step memcheck 600 $SANITIZE --tool memcheck $PY scripts/sanitize_driver.py ;;
     racecheck) run_step racecheck 600 $SANITIZE --tool racecheck $PY scripts/sanitize_driver.py ;;
     run) run_step run 900 $PY -m scratchops run --json "$OUT/run.json" ${RUN_ARGS:-} ;;
