@@ -13,16 +13,16 @@ import torch
 import torch.nn.functional as F
 
 import scratchops
-from scratchops.problems import PROBLEMS
+from scratchops.problems import PROBLEMS, build_pair
+from scratchops.report import ATOL, RTOL
+from scratchops.timing import tf32_disabled
 
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
 failures = []
 
 
 def check(name, out, ref, equal_nan=False):
     try:
-        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, equal_nan=equal_nan)
+        torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL, equal_nan=equal_nan)
     except AssertionError as e:
         failures.append(f"{name}: {e}")
 
@@ -82,11 +82,8 @@ def main():
           torch.clamp(F.max_pool2d(x, 4), 0.0, 1.0))
     for name, module in PROBLEMS.items():
         x = torch.rand(2, *module.get_inputs()[0].shape[1:2], 20, 19, device="cuda")
-        for label, kwargs in module.VARIANTS.items():
-            torch.manual_seed(0)
-            model = module.Model(*module.get_init_inputs()).cuda()
-            torch.manual_seed(0)
-            model_new = module.ModelNew(*module.get_init_inputs(), **kwargs).cuda()
+        for label in module.VARIANTS:
+            model, model_new = build_pair(module, label, seed=0)
             with torch.no_grad():
                 check(f"{name} {label}", model_new(x), model(x))
     torch.cuda.synchronize()
@@ -97,4 +94,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with tf32_disabled():  # torch's references in true fp32
+        sys.exit(main())

@@ -1,6 +1,10 @@
-import torch
+import pytest
 
-if torch.cuda.is_available():
+from scratchops.timing import tf32_disabled
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _true_fp32_references():
     # torch's fp32 references must be true fp32: no TF32 in matmul or cuDNN convolutions.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    with tf32_disabled():
+        yield

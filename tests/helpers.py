@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+from scratchops.report import ATOL, RTOL  # KernelBench's tolerance, defined once
+
 HAS_GPU = torch.cuda.is_available()
 NO_GPU_REASON = "needs a CUDA GPU (none here); scripts/gpu_check.sh runs these on one"
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason=NO_GPU_REASON)
@@ -33,7 +35,6 @@ def skip_unless_runnable(device="cuda", *, operator=None, case=None):
     if not HOPPER and (operator in TENSOR_CORE_OPERATORS or case in TENSOR_CORE_VARIANTS):
         pytest.skip("runs on the tensor cores of an sm_90 GPU")
 
-ATOL = RTOL = 1e-4
 
 
 def rand(*shape, low=-1.0, high=1.0, device="cuda"):

@@ -1,4 +1,5 @@
-"""The command line (scratchops.cli), the sweep plan (scratchops.bench) and the timing helpers.
+"""The command line (scratchops.cli), the sweep plan (scratchops.workloads), the reporting
+helpers (scratchops.report) and the timing helpers.
 
 Everything but the last test runs on a CPU: argument errors, the one-line no-GPU message
 (real on a machine without a usable GPU, nothing is faked), the bench plan, the pure helpers.
@@ -16,7 +17,7 @@ import torch
 
 import scratchops
 from helpers import requires_gpu
-from scratchops import bench, cli
+from scratchops import cli, report, workloads
 from scratchops.timing import Timing, tf32_disabled, time_cuda
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,9 +91,9 @@ def test_without_gpu_in_a_subprocess_no_traceback():
 
 # ------------------------------------------------------------------------- the bench plan
 def test_plan_covers_every_kernel_and_the_kernelbench_shapes():
-    workloads = bench.plan(bench.KERNELS, quick=False)
-    assert {w.kernel for w in workloads} == set(bench.KERNELS)
-    shapes = {(w.kernel, w.shape) for w in workloads}
+    rows = workloads.plan(workloads.KERNELS, quick=False)
+    assert {w.kernel for w in rows} == set(workloads.KERNELS)
+    shapes = {(w.kernel, w.shape) for w in rows}
     # The full-size convolutions and the intermediate tensors of both problems.
     assert ("conv2d", "128x8x128x128 -> 64 k3") in shapes
     assert ("conv2d", "128x64x128x128 -> 128 k3") in shapes
@@ -104,15 +105,15 @@ def test_plan_covers_every_kernel_and_the_kernelbench_shapes():
 
 
 def test_plan_compute_bound_rows_run_every_gemm_version_and_cap_only_the_naive_one():
-    naive = scratchops.GEMM_VERSIONS[bench.NAIVE_GEMM_VERSION]
-    gemm, conv = bench.plan(["gemm"], quick=False), bench.plan(["conv2d"], quick=False)
+    naive = scratchops.GEMM_VERSIONS[workloads.NAIVE_GEMM_VERSION]
+    gemm, conv = workloads.plan(["gemm"], quick=False), workloads.plan(["conv2d"], quick=False)
     conv_versions = [f"im2col+{n}" for n in scratchops.IM2COL_GEMM_VERSIONS.values()]
     for w in gemm + conv:
         expected = (list(scratchops.GEMM_VERSIONS.values()) if w.kernel == "gemm"
                     else conv_versions + ["implicit_gemm"])
         assert list(w.versions) == expected
         capped = naive if w.kernel == "gemm" else f"im2col+{naive}"
-        assert set(w.skip) == ({capped} if w.flop > bench.NAIVE_MAX_FLOP else set())
+        assert set(w.skip) == ({capped} if w.flop > workloads.NAIVE_MAX_FLOP else set())
         assert all(reason.startswith("skipped:") for reason in w.skip.values())
     assert any(w.skip for w in gemm + conv) and any(not w.skip for w in gemm + conv)
     p31_full = next(w for w in conv if w.shape == "128x64x128x128 -> 128 k3")
@@ -121,12 +122,12 @@ def test_plan_compute_bound_rows_run_every_gemm_version_and_cap_only_the_naive_o
 
 
 def test_plan_filters_and_quick_is_small():
-    assert {w.kernel for w in bench.plan(["clamp", "gemm"], quick=True)} == {"clamp", "gemm"}
-    quick = bench.plan(bench.KERNELS, quick=True)
-    assert {w.kernel for w in quick} == set(bench.KERNELS)
+    assert {w.kernel for w in workloads.plan(["clamp", "gemm"], quick=True)} == {"clamp", "gemm"}
+    quick = workloads.plan(workloads.KERNELS, quick=True)
+    assert {w.kernel for w in quick} == set(workloads.KERNELS)
     assert all(not w.skip for w in quick)
     assert all(w.flop < 1e10 for w in quick if w.flop is not None)
-    assert len(quick) < len(bench.plan(bench.KERNELS, quick=False))
+    assert len(quick) < len(workloads.plan(workloads.KERNELS, quick=False))
 
 
 # -------------------------------------------------------------------------- pure helpers
@@ -164,14 +165,14 @@ def test_tf32_disabled_restores_the_settings_even_after_an_error():
 
 
 def test_format_table_aligns_columns():
-    text = bench.format_table([("name", "<"), ("ms", ">")], [["a", "1.5"], ["long", "10.25"]])
+    text = report.format_table([("name", "<"), ("ms", ">")], [["a", "1.5"], ["long", "10.25"]])
     assert text.splitlines() == ["name     ms", "a       1.5", "long  10.25"]
-    assert bench.fmt(None, ".2f") == "-" and bench.fmt(1.234, ".2f") == "1.23"
+    assert report.fmt(None, ".2f") == "-" and report.fmt(1.234, ".2f") == "1.23"
 
 
 def test_progress_in_a_log_prints_about_ten_lines():
     stream = io.StringIO()
-    progress = bench.Progress(95, stream=stream)
+    progress = report.Progress(95, stream=stream)
     for i in range(95):
         progress.step(f"item {i}")
     progress.close()
@@ -210,7 +211,7 @@ def test_run_and_bench_quick_end_to_end(tmp_path, capsys):
         assert (out_dir / name).stat().st_size > 0
     data = json.loads((out_dir / "bench.json").read_text())
     assert data["ceilings"]["copy"]["value"] > 0 and data["ceilings"]["sgemm"]["value"] > 0
-    assert {r["kernel"] for r in data["rows"]} == set(bench.KERNELS)
+    assert {r["kernel"] for r in data["rows"]} == set(workloads.KERNELS)
     for r in data["rows"]:
         assert r["ok"] is True, r
         assert r["ms"] > 0 and r["torch_ms"] > 0 and r["rate"] > 0, r

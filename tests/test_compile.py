@@ -10,8 +10,8 @@ compiles them and the results are compared with eager ModelNew and with Model.
 import pytest
 import torch
 
-from helpers import model_cases, skip_unless_runnable
-from scratchops.problems import PROBLEMS
+from helpers import ATOL, RTOL, model_cases, skip_unless_runnable
+from scratchops.problems import PROBLEMS, build_pair
 
 CASES = model_cases()
 DEFAULT_CASES = [("p85", "one_pass"), ("p31", "one_kernel")]
@@ -19,13 +19,10 @@ DEFAULT_CASES = [("p85", "one_pass"), ("p31", "one_kernel")]
 
 def build(name, label, device, seed=5):
     module = PROBLEMS[name]
-    torch.manual_seed(seed)
-    model = module.Model(*module.get_init_inputs())
-    torch.manual_seed(seed)
-    model_new = module.ModelNew(*module.get_init_inputs(), **module.VARIANTS[label])
+    model, model_new = build_pair(module, label, seed, device)
     # A small batch and an odd spatial size (20 x 19): edges and remainders are exercised.
     x = torch.rand(2, module.get_inputs()[0].shape[1], 20, 19)
-    return model.to(device).eval(), model_new.to(device).eval(), x.to(device)
+    return model, model_new, x.to(device)
 
 
 def assert_no_graph_break(model_new, x):
@@ -75,9 +72,9 @@ def test_fullgraph_matches_eager_and_model(name, label):
     with torch.no_grad():
         out, eager, ref = compiled(x), model_new(x), model(x)
         out_again = compiled(x)  # the second call runs the compiled code as it stands
-    torch.testing.assert_close(out, eager, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(out_again, eager, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out, eager, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(out_again, eager, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL)
     assert_no_graph_break(model_new, x)
 
 
@@ -87,7 +84,7 @@ def test_fullgraph_with_grad_enabled_on_the_gpu(name, label):
     y = compiled(x)
     assert y.requires_grad
     with torch.no_grad():
-        torch.testing.assert_close(y.detach(), model_new(x), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(y.detach(), model_new(x), atol=ATOL, rtol=RTOL)
     with pytest.raises(NotImplementedError, match=r"^scratchops\.\w+: backward is not implemented"):
         y.sum().backward()
     assert all(p.grad is None for p in model_new.parameters())

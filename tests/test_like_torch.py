@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import scratchops
-from helpers import requires_gpu
+from helpers import ATOL, RTOL, requires_gpu
 
 X = torch.rand(2, 4, 12, 11)
 W = torch.rand(3, 4, 3, 3)
@@ -229,7 +229,7 @@ def test_empty_inputs_on_the_gpu(label, torch_call, our_call, tensors):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         out = our_call(*inputs)
         torch.cuda.synchronize()
-    torch.testing.assert_close(out.cpu(), expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out.cpu(), expected, atol=ATOL, rtol=RTOL)
     if out.numel() == 0:
         launched = [e.name for e in prof.events()
                     if e.device_type == torch.autograd.DeviceType.CUDA]

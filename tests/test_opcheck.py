@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import scratchops
-from helpers import OPERATOR_SAMPLES, rand, requires_gpu, skip_unless_runnable
+from helpers import ATOL, OPERATOR_SAMPLES, RTOL, rand, requires_gpu, skip_unless_runnable
 
 pytestmark = requires_gpu
 
@@ -38,4 +38,4 @@ def test_kernels_run_on_the_current_stream():
     side.synchronize()
     # On the side stream the GEMM waits for the copy and sees a_new; launched on any other
     # stream it would run at once, on a_old.
-    torch.testing.assert_close(out, a_new @ b, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out, a_new @ b, atol=ATOL, rtol=RTOL)

@@ -9,17 +9,9 @@ import torch
 
 from helpers import (HAS_GPU, HOPPER, TENSOR_CORE_VARIANTS, assert_matches, model_cases,
                      requires_gpu, skip_unless_runnable)
-from scratchops.problems import PROBLEMS
+from scratchops.problems import PROBLEMS, build_pair
 
 CASES = model_cases()
-
-
-def build(module, label, seed):
-    torch.manual_seed(seed)
-    model = module.Model(*module.get_init_inputs())
-    torch.manual_seed(seed)
-    model_new = module.ModelNew(*module.get_init_inputs(), **module.VARIANTS[label])
-    return model.cuda().eval(), model_new.cuda().eval()
 
 
 def randomize_parameters(model, seed):
@@ -47,7 +39,7 @@ def test_model_new_matches_model(kernelbench_input, label):
     for variant in module.VARIANTS:
         if (name, variant) in TENSOR_CORE_VARIANTS and not HOPPER:
             continue
-        model, model_new = build(module, variant, seed=7)
+        model, model_new = build_pair(module, variant, seed=7, load_state=False)
         if label == "state_dict":
             randomize_parameters(model, seed=11)
             model_new.load_state_dict(model.state_dict())
@@ -67,7 +59,7 @@ def test_model_new_matches_model(kernelbench_input, label):
 def test_model_new_launches_only_scratchops_kernels(name, label):
     skip_unless_runnable(case=(name, label))
     module = PROBLEMS[name]
-    _, model_new = build(module, label, seed=3)
+    _, model_new = build_pair(module, label, seed=3)
     x = torch.rand(2, *module.get_inputs()[0].shape[1:], device="cuda")
     with torch.no_grad():
         model_new(x)  # builds and warms up outside the recording
@@ -104,10 +96,7 @@ def test_p85_one_pass_rule_both_sides(hw, pool, cout, covered):
         pytest.skip("the one-pass variant runs on the tensor cores of an sm_90 GPU")
     module = PROBLEMS["p85"]
     init = [8, cout, 3, 16 if cout % 16 == 0 else 8, (cout, 1, 1), pool, -0.3, 0.8]
-    torch.manual_seed(2)
-    model = module.Model(*init).cuda()
-    torch.manual_seed(2)
-    model_new = module.ModelNew(*init).cuda()
+    model, model_new = build_pair(module, "one_pass", seed=2, init=init)
     randomize_parameters(model, seed=3)
     model_new.load_state_dict(model.state_dict())
     x = torch.rand(2, 8, *hw, device="cuda")

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import scratchops
-from helpers import HOPPER, assert_matches, poison_next, rand
+from helpers import ATOL, HOPPER, RTOL, assert_matches, poison_next, rand
 
 pytestmark = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (H100/H200); "
                                                     "scripts/gpu_check.sh runs these on one")
@@ -46,7 +46,7 @@ def test_gemm_v5_4096_more_accurate_than_sgemm():
     a, b = rand(4096, 4096, low=0.0), rand(4096, 4096, low=0.0)
     out = scratchops.gemm(a, b, version=5)
     ref64 = a.double() @ b.double()
-    assert torch.allclose(out, a @ b, atol=1e-4, rtol=1e-4)
+    assert torch.allclose(out, a @ b, atol=ATOL, rtol=RTOL)
     assert max_err(out, ref64) <= 4 * max_err(a @ b, ref64)
 
 
@@ -56,7 +56,7 @@ def test_gemm_v5_inf_and_nan_as_fp32():
     b[2, 30], b[9, 60] = float("inf"), float("nan")
     a[40, 0] = 3.4028e38  # rounds to Inf in TF32 if split naively
     out, ref = scratchops.gemm(a, b, version=5), a @ b
-    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, equal_nan=True)
+    torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL, equal_nan=True)
 
 
 def test_gemm_v5_is_deterministic():
@@ -94,8 +94,8 @@ def test_conv2d_implicit_gemm(x_shape, w_shape, stride, padding, dilation):
 def test_conv2d_implicit_gemm_nan_and_inf_input():
     x, w, b = rand(2, 8, 20, 19, low=0.0), rand(16, 8, 3, 3), rand(16)
     x[0, 3, 5, 7], x[1, 0, 0, 0] = float("nan"), float("inf")
-    torch.testing.assert_close(scratchops.conv2d(x, w, b), F.conv2d(x, w, b), atol=1e-4,
-                               rtol=1e-4, equal_nan=True)
+    torch.testing.assert_close(scratchops.conv2d(x, w, b), F.conv2d(x, w, b), atol=ATOL,
+                               rtol=RTOL, equal_nan=True)
 
 
 # ------------------------------------------------------------------- P31 in one kernel
@@ -125,7 +125,7 @@ def test_conv2d_min_add_mul_propagates_nan():
     x[0, 2, 4, 4] = float("nan")
     out = scratchops.conv2d_min_add_mul(x, w, cb, 0.5, bias, 2.0)
     ref32, _ = p31_reference(x, w, cb, 0.5, bias[:, None, None], 2.0)
-    torch.testing.assert_close(out, ref32, atol=1e-4, rtol=1e-4, equal_nan=True)
+    torch.testing.assert_close(out, ref32, atol=ATOL, rtol=RTOL, equal_nan=True)
     assert torch.isnan(out).any()
 
 
@@ -178,5 +178,5 @@ def test_conv2d_group_norm_pool_clamp_nan_input():
     x = rand(2, 8, 30, 30, low=0.0)
     x[0, 2, 10, 10] = float("nan")
     with torch.no_grad():
-        torch.testing.assert_close(one_pass(m, x, 0.0, 1.0), m(x), atol=1e-4, rtol=1e-4,
+        torch.testing.assert_close(one_pass(m, x, 0.0, 1.0), m(x), atol=ATOL, rtol=RTOL,
                                    equal_nan=True)

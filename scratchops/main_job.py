@@ -1,0 +1,217 @@
+"""`scratchops run`, the main job: each problem's Model and every ModelNew variant built with
+the same parameters, ModelNew checked against torch in fp32 (TF32 off) and float64, and
+torch eager (TF32 off and torch's defaults), torch.compile and each variant timed side by
+side; medians with the L2 cache flushed before each run."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+import scratchops
+
+from .problems import PROBLEMS, build_pair
+from .report import ATOL, compare, dims, envelope, first_line, fmt, format_table
+from .timing import DEFAULT_WARMUP, environment, tf32_disabled, tf32_settings, time_cuda
+
+PROBLEM_KEYS = ("p85", "p31")  # the keys of scratchops.problems.PROBLEMS, in run order
+
+
+def _status(message: str) -> None:
+    print(f"scratchops run: {message}", file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass
+class Implementation:
+    """One way of computing a problem's forward pass; `fn` is None when it is unavailable."""
+
+    key: str
+    label: str
+    fn: Callable[[torch.Tensor], torch.Tensor] | None
+    is_scratchops: bool = False
+    tf32_off: bool = True  # False: run under the TF32 settings this process started with
+    note: str = ""
+    compile_s: float | None = None
+
+
+def _compiled(problem: str, model: torch.nn.Module, x: torch.Tensor,
+              skip: bool) -> Implementation:
+    """torch.compile(model), compiled now by a first call whose time is the compile time."""
+    key, label = "torch_compile_fp32", "compile fp32"
+    if skip:
+        return Implementation(key, label, None, note="skipped (--no-compile)")
+    _status(f"{problem}: compiling the model with torch.compile...")
+    try:
+        compiled = torch.compile(model)
+        with tf32_disabled():
+            start = time.perf_counter()
+            compiled(x)
+            torch.cuda.synchronize()
+            compile_s = time.perf_counter() - start
+    except Exception as exc:  # noqa: BLE001 (torch.compile can fail in many ways; say so)
+        return Implementation(key, label, None, note=f"unavailable: {first_line(exc)}")
+    return Implementation(key, label, compiled, compile_s=compile_s,
+                          note=f"torch.compile, TF32 off; compiled in {compile_s:.1f} s")
+
+
+def _correctness(out: torch.Tensor, ref32: torch.Tensor, ref64: torch.Tensor) -> dict:
+    ok32, err32, note32 = compare(out, ref32)
+    ok64, err64, note64 = compare(out.double(), ref64)
+    return {"max_abs_err_vs_fp32": err32, "allclose_vs_fp32": ok32,
+            "max_abs_err_vs_fp64": err64, "allclose_vs_fp64": ok64,
+            "note": "; ".join(dict.fromkeys(n for n in (note32, note64) if n))}
+
+
+def _tf32_note(settings: dict) -> str:
+    state = {True: "on", False: "off"}
+    return (f"torch eager, TF32 as this process found it: cuDNN TF32 "
+            f"{state[settings['cudnn_allow_tf32']]}, matmul TF32 "
+            f"{state[settings['cuda_matmul_allow_tf32']]}")
+
+
+def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Namespace,
+                    default_tf32: dict) -> dict:
+    """Check and time every implementation of one problem: entries by key."""
+    _status(f"{key}: building {module.NAME} at input {dims(shape)}")
+    model = None
+    variants = {}
+    for label in module.VARIANTS:
+        model, variants[label] = build_pair(module, label, args.seed)
+    generator = torch.Generator(device="cuda").manual_seed(args.seed)
+    x = torch.rand(shape, device="cuda", generator=generator)
+
+    _status(f"{key}: computing the fp32 (TF32 off) and float64 references")
+    with tf32_disabled():
+        ref32 = model(x)
+    ref64 = copy.deepcopy(model).double()(x.double())
+
+    impls = [
+        Implementation("torch_eager_fp32", "eager fp32", model, note="torch eager, TF32 off"),
+        Implementation("torch_eager_default", "eager default", model, tf32_off=False,
+                       note=_tf32_note(default_tf32)),
+        _compiled(key, model, x, args.no_compile),
+        *(Implementation(f"modelnew_{label}", f"ModelNew[{label}]", new, is_scratchops=True)
+          for label, new in variants.items()),
+    ]
+    entries = {}
+    for impl in impls:
+        entry = {"label": impl.label, "kind": "scratchops" if impl.is_scratchops else "torch",
+                 "note": impl.note, "compile_s": impl.compile_s, "correctness": None,
+                 "timing": None}
+        if impl.fn is not None:
+            _status(f"{key}: checking and timing {impl.label}")
+            with tf32_disabled() if impl.tf32_off else contextlib.nullcontext():
+                entry["correctness"] = _correctness(impl.fn(x), ref32, ref64)
+                entry["timing"] = time_cuda(functools.partial(impl.fn, x),
+                                            repeats=args.repeats).as_dict()
+        entries[impl.key] = entry
+    return entries
+
+
+def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict) -> dict:
+    """Check and time one problem; prints its table and returns its JSON entry."""
+    batch = args.batch or module.batch_size
+    shape = (batch, module.in_channels, module.height, module.width)
+    entries = measure_problem(key, module, shape, args, default_tf32)
+    torch.cuda.empty_cache()  # the models and tensors died with measure_problem's frame
+
+    speedups = {}
+    for ours_key, ours in entries.items():
+        if ours["kind"] == "scratchops" and ours["timing"]:
+            speedups[ours_key] = {
+                torch_key: (t["timing"]["median_ms"] / ours["timing"]["median_ms"]
+                            if t["timing"] else None)
+                for torch_key, t in entries.items() if t["kind"] == "torch"}
+    ok = all(e["correctness"]["allclose_vs_fp32"] and e["correctness"]["allclose_vs_fp64"]
+             for e in entries.values() if e["kind"] == "scratchops")
+    result = {"name": module.NAME, "batch": batch, "input_shape": list(shape),
+              "implementations": entries, "speedups": speedups, "ok": ok}
+    print(problem_table(key, result))
+    return result
+
+
+def problem_table(key: str, result: dict) -> str:
+    entries = result["implementations"]
+    columns = [("implementation", "<"), ("max|err| fp32", ">"), ("allclose", "<"),
+               ("max|err| fp64", ">"), ("allclose", "<"), ("median ms", ">"), ("p10", ">"),
+               ("p90", ">"), ("note", "<")]
+    rows = []
+    for e in entries.values():
+        c, t = e["correctness"] or {}, e["timing"] or {}
+        note = "; ".join(n for n in (e["note"], c.get("note", "")) if n)
+        rows.append([e["label"], fmt(c.get("max_abs_err_vs_fp32"), ".2e"),
+                     fmt(c.get("allclose_vs_fp32"), ""),
+                     fmt(c.get("max_abs_err_vs_fp64"), ".2e"),
+                     fmt(c.get("allclose_vs_fp64"), ""),
+                     fmt(t.get("median_ms"), ".3f"), fmt(t.get("p10_ms"), ".3f"),
+                     fmt(t.get("p90_ms"), ".3f"), note])
+    lines = [f"\n== {key}: {result['name']}, input {dims(result['input_shape'])} ==",
+             f"errors: max |output - torch fp32 (TF32 off)| and max |output - float64 "
+             f"reference|; allclose at atol = rtol = {ATOL:g}",
+             format_table(columns, rows)]
+    torch_keys = [k for k, e in entries.items() if e["kind"] == "torch"]
+    if result["speedups"]:
+        columns = [("speedup (torch ms / ours)", "<")]
+        columns += [(f"vs {entries[k]['label']}", ">") for k in torch_keys]
+        rows = [[entries[k]["label"], *(fmt(s[t], ".2f") for t in torch_keys)]
+                for k, s in result["speedups"].items()]
+        lines += ["", format_table(columns, rows)]
+    return "\n".join(lines)
+
+
+def summary_lines(results: dict, env: dict, repeats: int) -> list[str]:
+    lines = [f"summary: {env['gpu']}, torch {env['torch']} (CUDA {env['cuda']}), median of "
+             f"{repeats} runs, L2 flushed; xN = torch ms / ModelNew ms (>1: ModelNew faster)"]
+    for key, result in results.items():
+        entries = result["implementations"]
+        for ours_key, ratios in result["speedups"].items():
+            ours = entries[ours_key]
+            c = ours["correctness"]
+            vs = "  ".join(("n/a" if r is None else f"x{r:.2f}") + f" vs {entries[t]['label']}"
+                           for t, r in ratios.items())
+            lines.append(f"  {key} b{result['batch']} {ours['label']:<20} "
+                         f"{ours['timing']['median_ms']:9.3f} ms  allclose "
+                         f"{c['allclose_vs_fp32'] and c['allclose_vs_fp64']}  {vs}")
+    ok = all(r["ok"] for r in results.values())
+    lines.append(f"all ModelNew outputs allclose to torch fp32 and float64 "
+                 f"(atol = rtol = {ATOL:g}): {ok}")
+    return lines
+
+
+def run_main_job(args: argparse.Namespace) -> int:
+    """`scratchops run`: every problem's tables, the summary, the JSON file; the exit status."""
+    default_tf32 = tf32_settings()  # as this process found them: torch's defaults
+    scratchops.load()
+
+    keys = PROBLEM_KEYS if args.problem == "all" else (args.problem,)
+    results = {}
+    # no_grad rather than inference_mode: parameters made under inference_mode have no
+    # version counter, so ModelNew could not keep its packed weights between forwards.
+    with torch.no_grad():
+        env = environment()
+        for key in keys:
+            results[key] = run_problem(key, PROBLEMS[key], args, default_tf32)
+    ok = all(r["ok"] for r in results.values())
+    if args.json is not None:
+        report = envelope("run", env,
+                          {"problems": list(keys), "batch": args.batch, "dtype": "float32",
+                           "seed": args.seed, "repeats": args.repeats,
+                           "warmup": DEFAULT_WARMUP, "compile": not args.no_compile,
+                           "flush_l2": True, "torch_default_tf32": default_tf32},
+                          problems=results, ok=ok)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    print()
+    print("\n".join(summary_lines(results, env, args.repeats)))
+    if args.json is not None:
+        print(f"wrote {args.json}")
+    return 0 if ok else 1

@@ -1,0 +1,98 @@
+"""What `scratchops run` and `scratchops bench` share to report results: the tolerance (defined
+once: the one that decides is the one printed), the comparison with torch, table and number
+formatting, the JSON envelope and a progress bar."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+import torch
+
+# KernelBench's tolerance: allclose(atol = rtol = 1e-4) against torch fp32.
+ATOL = RTOL = 1e-4
+
+
+def compare(out: torch.Tensor, expected: torch.Tensor) -> tuple[bool, float | None, str]:
+    """(allclose, max |out - expected| or None when not finite, a note) for one output."""
+    if out.shape != expected.shape or out.dtype != expected.dtype:
+        return False, None, (f"output {tuple(out.shape)} {out.dtype} differs from torch's "
+                             f"{tuple(expected.shape)} {expected.dtype}")
+    max_err = (out - expected).abs().max().item()
+    ok = torch.allclose(out, expected, atol=ATOL, rtol=RTOL)
+    if not math.isfinite(max_err):
+        return False, None, "output has NaN or Inf"
+    return ok, max_err, ""
+
+
+def first_line(exc: BaseException) -> str:
+    """'ExceptionType: first line of its message', short enough for a table cell."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def dims(shape: Sequence[int]) -> str:
+    """(128, 64, 126, 126) -> '128x64x126x126'."""
+    return "x".join(str(s) for s in shape)
+
+
+def format_table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]]) -> str:
+    """Plain-text table; `columns` are (header, '<' or '>') for left or right alignment."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, (h, _) in enumerate(columns)]
+    lines = ["  ".join(f"{h:{a}{w}}" for (h, a), w in zip(columns, widths)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(f"{c:{a}{w}}" for c, (_, a), w in zip(row, columns, widths))
+                     .rstrip())
+    return "\n".join(lines)
+
+
+def fmt(value, spec: str) -> str:
+    """`value` formatted with `spec`, or '-' for a missing value."""
+    return "-" if value is None else format(value, spec)
+
+
+def envelope(command: str, environment: dict, settings: dict, **body) -> dict:
+    """The JSON document of a run: the command, when, the machine, the settings, the results."""
+    return {"command": command,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "environment": environment, "settings": {**settings, "atol": ATOL, "rtol": RTOL},
+            **body}
+
+
+class Progress:
+    """A dependency-free progress bar on stderr.
+
+    On a terminal it redraws one line; otherwise (a log, a remote run that keeps only the
+    tail of the output) it prints a line per tenth of the work, so the log stays short.
+    """
+
+    def __init__(self, total: int, stream=None, width: int = 30):
+        self.total, self.done, self.width = max(total, 1), 0, width
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty()
+        self.started = time.monotonic()
+        self._last_tenth = 0
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        filled = self.width * self.done // self.total
+        elapsed = time.monotonic() - self.started
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+                f"{elapsed:5.0f}s {label}")
+        if self.tty:
+            self.stream.write("\r\033[K" + line)
+        else:
+            tenth = 10 * self.done // self.total
+            if tenth == self._last_tenth and self.done != self.total:
+                return
+            self._last_tenth = tenth
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
