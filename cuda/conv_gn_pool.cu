@@ -262,6 +262,310 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     }
 }
 
+// ---------------------------------------------------------------------------------- v2
+// One CTA per SM (persistent), 256 threads = two warpgroups of 64 tile rows each, no producer:
+//   weights  the packed B (all k-blocks: big, small, cross) copied into shared memory once.
+//   halo     per tile, the input patch its 4 x 32 outputs read (HR x HC pixels x 8 channels),
+//            copied from global memory one tile ahead (cp.async, no registers held), split
+//            once into TF32
+//            big / small / cross and stored channel-last in shared memory. v1 split every
+//            im2col value (each input value 9 times for a 3 x 3 kernel) and gathered it with
+//            its own load; here a thread's A registers are two-value shared loads.
+//   mma      both operands' products in two accumulators: the cross terms in one, big * big
+//            in the other, added once at the end (the cross terms never meet the large
+//            running sum inside the tensor cores' truncating accumulation).
+//   epilogue the tile goes through shared memory as [channel][pixel]; a thread then owns one
+//            (channel, pooling window) at a time: four 16-byte loads, the window's extreme,
+//            its count, mean and centred sum of squares (two passes over 16 registers), and
+//            Chan merges across the 8 windows of a tile (shuffles) and the channels of a group.
+// Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
+// a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v1 otherwise.
+constexpr int kV2Threads = 256;
+constexpr int kV2MaxKBlocks = 3;                 // 12 taps of 8 channels
+constexpr int kHaloPixels = 256;                 // + one zero pixel for absent taps
+constexpr int kHaloIters = kHaloPixels * 8 / kV2Threads;
+constexpr int kHaloArrayBytes = (kHaloPixels + 1) * 32;
+constexpr int kTilePitch = kTileRows + 4;        // floats per channel row of the staged tile
+enum : int { kWindowPairs = kBN * kWindowsPerTile };  // (channel, window) pairs of a tile
+
+struct V2Shape {
+    int halo_h, halo_w, taps;
+};
+
+__host__ __device__ inline int v2_smem_bytes(int num_kb) {
+    return 1024 + num_kb * 3 * kBN * 128 + 3 * kHaloArrayBytes + kBN * kTilePitch * 4 +
+           3 * kBN * 4 + kHaloIters * kV2Threads * 4;
+}
+
+// Byte offset of channels (2q, 2q + 1) of halo pixel p: channel-last, 32 bytes a pixel, the
+// 8-byte pairs swizzled by p / 4 so that the 8 rows x 4 taps a warp reads spread over banks.
+__device__ __forceinline__ int halo_offset(int p, int q) {
+    return p * 32 + ((q ^ ((p >> 2) & 3)) << 3);
+}
+
+__global__ void __launch_bounds__(kV2Threads, 1)
+    conv_gn_pool_v2_kernel(const float* __restrict__ x, const uint8_t* __restrict__ packed,
+                           tf32x3::PackedB layout, Params p, ConvGeometryFast f, BandPixels bands,
+                           V2Shape shape) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Mma = WgmmaTf32Rs<kBN>;
+    constexpr int kAcc = kBN / 2;
+    const Conv2dGeometry& g = f.g;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t raw_addr = smem_address(smem_raw);
+    uint8_t* weights = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
+    const int num_kb = layout.num_kb;
+    uint8_t* halo = weights + num_kb * 3 * kBN * 128;  // big, small, cross arrays
+    float* staged = reinterpret_cast<float*>(halo + 3 * kHaloArrayBytes);  // [kBN][kTilePitch]
+    float* ch_count = staged + kBN * kTilePitch;
+    float* ch_mean = ch_count + kBN;
+    float* ch_m2 = ch_mean + kBN;
+    float* raw = ch_m2 + kBN;  // [kHaloIters][kV2Threads]: the next tile's halo, unsplit
+
+    const int tid = threadIdx.x;
+    // The packed weights once (16-byte copies; they are already in the swizzled layout), and
+    // the zero pixel of the three halo arrays.
+    {
+        const int chunks = num_kb * 3 * kBN * 128 / 16;
+        for (int i = tid; i < chunks; i += kV2Threads)
+            reinterpret_cast<uint4*>(weights)[i] = reinterpret_cast<const uint4*>(packed)[i];
+        if (tid < 6) {
+            uint4* zero = reinterpret_cast<uint4*>(halo + (tid / 2) * kHaloArrayBytes +
+                                                   kHaloPixels * 32) + tid % 2;
+            *zero = make_uint4(0u, 0u, 0u, 0u);
+        }
+        fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
+    }
+    // B's cross tiles only where some weight is not finite (see tf32x3.cuh).
+    const int* flags = reinterpret_cast<const int*>(packed + layout.tiles_bytes());
+    const bool b_cross_tile =
+        __syncthreads_or(tid < tf32x3::kPackBlocks && flags[tid]) != 0;
+
+    const int warpgroup = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+    const int quad_row = lane / 4, quad_col = lane % 4;
+    // This thread's two tile rows (h = 0, 1): band row br, column cc; their halo pixel for
+    // tap 0.
+    const int br = 2 * warpgroup + warp / 2;
+    int row_pixel[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int cc = 16 * (warp % 2) + quad_row + 8 * h;
+        row_pixel[h] = br * g.stride_h * shape.halo_w + cc * g.stride_w;
+    }
+    // The halo offset of tap 4 kb + quad_col, -1 past the last tap (the zero pixel is read).
+    auto tap_pixel = [&](int kb) {
+        const int tap = 4 * kb + quad_col;
+        return tap < shape.taps
+                   ? (tap / g.kernel_w) * g.dil_h * shape.halo_w + (tap % g.kernel_w) * g.dil_w
+                   : -1;
+    };
+    // The epilogue's (channel, window) pairs of this thread: q = tid + 256 j.
+    float pair_bias[kWindowPairs / kV2Threads], pair_sign[kWindowPairs / kV2Threads];
+#pragma unroll
+    for (int j = 0; j < kWindowPairs / kV2Threads; ++j) {
+        const int co = (tid + kV2Threads * j) / kWindowsPerTile;
+        pair_bias[j] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
+        const float gam = p.gamma != nullptr && co < f.cout ? p.gamma[co] : 1.0f;
+        const float sc = p.scale != nullptr && co < f.cout ? p.scale[co] : 1.0f;
+        pair_sign[j] = gam * sc < 0.0f ? -1.0f : 1.0f;
+    }
+
+    const int halo_pixels = shape.halo_h * shape.halo_w;
+    const int plane = g.height * g.width;
+    const int total_tiles = f.batch * bands.tiles_per_image;
+    // Halo element e = c * halo_pixels + pixel (pixel = hr * halo_w + hc): consecutive threads
+    // read consecutive columns of one input row (coalesced).
+    auto fetch_halo = [&](int tile) {
+        int n, band, col_block;
+        bands.tile(tile, n, band, col_block);
+        const int ih0 = kPool * band * g.stride_h - g.pad_h;
+        const int iw0 = kBandCols * col_block * g.stride_w - g.pad_w;
+        const float* image = x + static_cast<long long>(n) * g.channels * plane;
+#pragma unroll
+        for (int it = 0; it < kHaloIters; ++it) {
+            const int e = tid + kV2Threads * it;
+            const int c = e / halo_pixels, pixel = e - c * halo_pixels;
+            const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
+            const int ih = ih0 + hr, iw = iw0 + hc;
+            const bool inside = c < g.channels && ih >= 0 && ih < g.height && iw >= 0 &&
+                                iw < g.width;
+            cp_async4_or_zero(raw + e, inside ? image + (c * g.height + ih) * g.width + iw : x,
+                              inside);
+        }
+        cp_async_commit();
+    };
+    if (static_cast<int>(blockIdx.x) < total_tiles) fetch_halo(blockIdx.x);
+
+    for (int tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
+        // (1) This tile's halo into shared memory, split. The previous tile's reads of the
+        // halo ended before its epilogue's barriers; each thread splits the values it copied.
+        cp_async_wait_all();
+#pragma unroll
+        for (int it = 0; it < kHaloIters; ++it) {
+            const int e = tid + kV2Threads * it;
+            if (e < 8 * halo_pixels) {
+                const int c = e / halo_pixels, pixel = e - c * halo_pixels;
+                const int at = halo_offset(pixel, c / 2) + 4 * (c % 2);
+                const Tf32Split part = split_tf32(raw[e]);
+                *reinterpret_cast<uint32_t*>(halo + at) = part.big;
+                *reinterpret_cast<uint32_t*>(halo + kHaloArrayBytes + at) = part.small;
+                *reinterpret_cast<uint32_t*>(halo + 2 * kHaloArrayBytes + at) = part.cross;
+            }
+        }
+        __syncthreads();
+        // (2) The next tile's halo, in flight during this tile's work.
+        if (tile + static_cast<int>(gridDim.x) < total_tiles) fetch_halo(tile + gridDim.x);
+
+        // (3) The products: per k-block, the thread's A registers from the halo (k-step s
+        // holds channels 2s, 2s + 1 of tap 4 kb + quad_col: the packing's order, see
+        // tf32x3.cuh physical_k), then 4 k-steps x 3 wgmmas. One register buffer (two would
+        // overlap the shared loads with the wgmmas but spill): the other warpgroup's wgmmas
+        // keep the tensor cores busy while this one reloads.
+        float acc_big[kAcc], acc_cross[kAcc];
+        uint32_t a[4][3][4];  // [k-step][big, small, cross][wgmma register]
+        for (int kb = 0; kb < num_kb; ++kb) {
+            const int tap_at = tap_pixel(kb);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int pix = tap_at < 0 ? kHaloPixels : row_pixel[h] + tap_at;
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                    const int at = halo_offset(pix, s);
+#pragma unroll
+                    for (int part = 0; part < 3; ++part) {
+                        const uint2 v =
+                            *reinterpret_cast<const uint2*>(halo + part * kHaloArrayBytes + at);
+                        a[s][part][h] = v.x;      // channel 2s: logical column 8s + t
+                        a[s][part][2 + h] = v.y;  // channel 2s + 1: column 8s + t + 4
+                    }
+                }
+            }
+            const uint32_t big_addr = smem_address(weights) + kb * 3 * kBN * 128;
+            const uint64_t desc_big0 = make_smem_desc_sw128(big_addr);
+            const uint64_t desc_small0 = make_smem_desc_sw128(big_addr + kBN * 128);
+            const uint64_t desc_cross0 =
+                b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * kBN * 128) : desc_big0;
+#pragma unroll
+            for (int s = 0; s < 4; ++s)
+#pragma unroll
+                for (int part = 0; part < 3; ++part) pin_registers(a[s][part]);
+            pin_registers(acc_big);
+            pin_registers(acc_cross);
+            wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                const int accumulate = kb > 0 || s > 0;  // k-step 0 starts both afresh
+                Mma::mma(acc_cross, a[s][1], desc_cross0 + 2 * s, accumulate);
+                Mma::mma(acc_cross, a[s][2], desc_small0 + 2 * s, 1);
+                Mma::mma(acc_big, a[s][0], desc_big0 + 2 * s, accumulate);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();  // a[] is read again for the next k-block
+#pragma unroll
+            for (int s = 0; s < 4; ++s)
+#pragma unroll
+                for (int part = 0; part < 3; ++part) pin_registers(a[s][part]);
+            pin_registers(acc_big);
+            pin_registers(acc_cross);
+        }
+
+        // (4) The tile through shared memory as [channel][pixel]: element 4 nb + 2h + j of the
+        // accumulators is (row quad_row + 8h of the warp's 16, channel 8 nb + 2 quad_col + j).
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) {
+            const int co = 8 * (i / 4) + 2 * quad_col + i % 2;
+            const int row = 64 * warpgroup + 16 * warp + quad_row + 8 * ((i / 2) % 2);
+            staged[co * kTilePitch + row] = acc_big[i] + acc_cross[i];
+        }
+        __syncthreads();
+
+        // (5) Per (channel, window) pair: extreme, count, mean, centred sum of squares.
+        int n, band, col_block;
+        bands.tile(tile, n, band, col_block);
+        const int rows_here = min(kPool, g.out_h - kPool * band);
+        const int cols_here = min(kBandCols, g.out_w - kBandCols * col_block);
+#pragma unroll
+        for (int j = 0; j < kWindowPairs / kV2Threads; ++j) {
+            const int q = tid + kV2Threads * j;
+            const int co = q / kWindowsPerTile, w = q % kWindowsPerTile;
+            const int cols = max(0, min(kPool, cols_here - kPool * w));
+            float v[kPool][kPool];
+#pragma unroll
+            for (int r = 0; r < kPool; ++r) {
+                const float4 row4 = *reinterpret_cast<const float4*>(
+                    staged + co * kTilePitch + r * kBandCols + kPool * w);
+                v[r][0] = row4.x + pair_bias[j];
+                v[r][1] = row4.y + pair_bias[j];
+                v[r][2] = row4.z + pair_bias[j];
+                v[r][3] = row4.w + pair_bias[j];
+            }
+            float extreme = pair_sign[j] * v[0][0], sum = 0.0f;
+#pragma unroll
+            for (int r = 0; r < kPool; ++r)
+#pragma unroll
+                for (int c = 0; c < kPool; ++c) {
+                    extreme = nan_max(extreme, pair_sign[j] * v[r][c]);
+                    sum += r < rows_here && c < cols ? v[r][c] : 0.0f;
+                }
+            float count = static_cast<float>(rows_here * cols);
+            float mean = count > 0.0f ? sum / count : 0.0f, m2 = 0.0f;
+#pragma unroll
+            for (int r = 0; r < kPool; ++r)
+#pragma unroll
+                for (int c = 0; c < kPool; ++c) {
+                    const float d = v[r][c] - mean;
+                    m2 += r < rows_here && c < cols ? d * d : 0.0f;
+                }
+            const int wc = kWindowsPerTile * col_block + w;
+            if (co < f.cout && band < p.pool_h && wc < p.pool_w)
+                p.extremes[((static_cast<long long>(n) * f.cout + co) * p.pool_h + band) *
+                               p.pool_w + wc] = pair_sign[j] * extreme;
+            // Chan et al. across the 8 windows of the channel (lanes xor 1, 2, 4).
+#pragma unroll
+            for (int d = 1; d < kWindowsPerTile; d *= 2) {
+                const float n_b = __shfl_xor_sync(0xffffffffu, count, d);
+                const float mean_b = __shfl_xor_sync(0xffffffffu, mean, d);
+                const float m2_b = __shfl_xor_sync(0xffffffffu, m2, d);
+                const float total = count + n_b;
+                if (total > 0.0f) {
+                    const float delta = mean_b - mean, share = n_b / total;
+                    mean += delta * share;
+                    m2 += m2_b + delta * delta * count * share;
+                }
+                count = total;
+            }
+            if (w == 0) {
+                ch_count[co] = count;
+                ch_mean[co] = mean;
+                ch_m2[co] = m2;
+            }
+        }
+        __syncthreads();
+        // (6) Per group: its channels merged in order, written as the tile's statistics.
+        if (tid < p.groups) {
+            const int cpg = f.cout / p.groups;
+            float count = 0.0f, mean = 0.0f, m2 = 0.0f;
+            for (int co = tid * cpg; co < (tid + 1) * cpg; ++co) {
+                const float total = count + ch_count[co];
+                if (total > 0.0f) {
+                    const float delta = ch_mean[co] - mean, share = ch_count[co] / total;
+                    mean += delta * share;
+                    m2 += ch_m2[co] + delta * delta * count * share;
+                }
+                count = total;
+            }
+            float* out = p.tile_stats + (static_cast<long long>(tile) * p.groups + tid) * 2;
+            out[0] = mean;
+            out[1] = m2;
+        }
+        // The staged tile and the channel statistics are rewritten only after the next
+        // tile's first barrier, which every thread reaches after finishing (5) and (6).
+    }
+#else
+    __trap();  // built without sm_90a: the Python layer refuses these kernels there
+#endif
+}
+
 BandPixels band_pixels(const Conv2dGeometry& g) {
     BandPixels b;
     const int bands = (g.out_h + kPool - 1) / kPool;
@@ -303,16 +607,32 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
     const tf32x3::PackedB layout = conv_tc::weight_layout(g, out_channels, kBN);
     const long long rows = static_cast<long long>(batch) * bands.tiles_per_image * kTileRows;
     if (rows > 0x7fffffffLL) return cudaErrorInvalidValue;
-    const StatsAndExtremes epilogue{params, f, bands};
     const auto* p = static_cast<const uint8_t*>(packed);
-    cudaError_t err =
-        g.channels % 8 == 0
-            ? tf32x3::launch<kBN, kMB, kStages>(
-                  conv_tc::Im2colRows<true, BandPixels>{x, f, bands}, epilogue, p, layout,
-                  static_cast<int>(rows), 1, true, stream)
-            : tf32x3::launch<kBN, kMB, kStages>(
-                  conv_tc::Im2colRows<false, BandPixels>{x, f, bands}, epilogue, p, layout,
-                  static_cast<int>(rows), 1, true, stream);
+    cudaError_t err = cudaSuccess;
+    const V2Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
+                        (kBandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
+                        g.kernel_h * g.kernel_w};
+    if (g.channels <= 8 && layout.num_kb <= kV2MaxKBlocks &&
+        shape.halo_h * shape.halo_w <= kHaloPixels) {
+        const int smem = v2_smem_bytes(layout.num_kb);
+        err = cudaFuncSetAttribute(conv_gn_pool_v2_kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (err != cudaSuccess) return err;
+        const long long tiles = static_cast<long long>(batch) * bands.tiles_per_image;
+        const int ctas = static_cast<int>(tiles < tf32x3::sm_count() ? tiles : tf32x3::sm_count());
+        conv_gn_pool_v2_kernel<<<ctas, kV2Threads, smem, stream>>>(x, p, layout, params, f, bands,
+                                                                   shape);
+        err = cudaGetLastError();
+    } else {
+        const StatsAndExtremes epilogue{params, f, bands};
+        err = g.channels % 8 == 0
+                  ? tf32x3::launch<kBN, kMB, kStages>(
+                        conv_tc::Im2colRows<true, BandPixels>{x, f, bands}, epilogue, p, layout,
+                        static_cast<int>(rows), 1, true, stream)
+                  : tf32x3::launch<kBN, kMB, kStages>(
+                        conv_tc::Im2colRows<false, BandPixels>{x, f, bands}, epilogue, p, layout,
+                        static_cast<int>(rows), 1, true, stream);
+    }
     if (err != cudaSuccess) return err;
     finalize_kernel<<<batch * a.groups, kFinalizeThreads, 0, stream>>>(
         stats, extremes, a.gamma, a.beta, a.scale, y, out_channels, a.groups, bands, g.out_h,

@@ -74,6 +74,21 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// cp.async (sm_80+): a 4-byte copy from global to shared memory that holds no register while
+// in flight; when !valid it reads nothing (source size 0) and writes 0. The thread waits for
+// its own copies with cp_async_wait_all (other threads' copies need a barrier as well).
+__device__ __forceinline__ void cp_async4_or_zero(void* dst, const float* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_address(dst)),
+                 "l"(src), "r"(valid ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
 // ------------------------------------------------------------------------------- mbarriers
 // An mbarrier completes a phase when `count` arrivals have happened and every byte announced
 // with expect_tx has landed; waiters poll the parity of the phase they wait for.
@@ -157,6 +172,12 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+// Shared memory written by ordinary stores and read next by wgmma (the async proxy): each
+// writing thread fences before the barrier that publishes the data.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 __device__ __forceinline__ void wgmma_fence() {

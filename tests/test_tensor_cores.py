@@ -130,11 +130,11 @@ def test_conv2d_min_add_mul_propagates_nan():
 
 
 # -------------------------------------------------------------------- P85 in one pass
-def p85_model(cin, cout, groups, lo, hi):
+def p85_model(cin, cout, groups, lo, hi, k=3):
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv = nn.Conv2d(cin, cout, 3)
+            self.conv = nn.Conv2d(cin, cout, k)
             self.group_norm = nn.GroupNorm(groups, cout)
             self.scale = nn.Parameter(torch.randn(cout, 1, 1))
             self.maxpool = nn.MaxPool2d(4)
@@ -151,17 +151,22 @@ def one_pass(m, x, lo, hi):
                                                    gn.weight, gn.bias, m.scale, gn.eps, lo, hi)
 
 
-@pytest.mark.parametrize("n,cin,cout,hw,groups,lo,hi,mean", [
-    (2, 8, 64, (128, 128), 16, 0.0, 1.0, 0.0),
-    (3, 3, 20, (21, 19), 5, -1.0, 0.7, 0.0),
-    (1, 8, 64, (37, 70), 8, -2.0, 2.0, 0.0),
-    (2, 16, 48, (16, 16), 4, 0.0, 1.0, 0.0),
-    (2, 8, 64, (40, 40), 16, -10.0, 10.0, 1000.0),  # large mean, small variance
-    (1, 1, 1, (6, 6), 1, -5.0, 5.0, 0.0),
+# Cin <= 8 with at most 12 taps runs the halo kernel (v2), the others the gather kernel (v1).
+@pytest.mark.parametrize("n,cin,cout,hw,groups,lo,hi,mean,k", [
+    (2, 8, 64, (128, 128), 16, 0.0, 1.0, 0.0, 3),
+    (3, 3, 20, (21, 19), 5, -1.0, 0.7, 0.0, 3),
+    (1, 8, 64, (37, 70), 8, -2.0, 2.0, 0.0, 3),
+    (2, 16, 48, (16, 16), 4, 0.0, 1.0, 0.0, 3),
+    (2, 8, 64, (40, 40), 16, -10.0, 10.0, 1000.0, 3),  # large mean, small variance
+    (1, 1, 1, (6, 6), 1, -5.0, 5.0, 0.0, 3),
+    (2, 5, 24, (23, 18), 6, -1.0, 1.0, 0.0, 1),
+    (1, 7, 33, (19, 25), 3, -1.0, 1.0, 0.0, 2),
+    (1, 4, 32, (19, 25), 8, -1.0, 1.0, 0.0, 5),  # 25 taps: v1
+    (1, 8, 64, (131, 9), 16, -1.0, 1.0, 0.0, 3),
 ])
-def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean):
+def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean, k):
     torch.manual_seed(n * 1000 + cout)
-    m = p85_model(cin, cout, groups, lo, hi)
+    m = p85_model(cin, cout, groups, lo, hi, k)
     with torch.no_grad():
         for p in (m.group_norm.weight, m.group_norm.bias, m.scale):
             p.copy_(torch.randn_like(p))  # negative gamma * scale included
