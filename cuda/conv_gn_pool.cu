@@ -271,6 +271,9 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 //            big / small / cross and stored channel-last in shared memory. v1 split every
 //            im2col value (each input value 9 times for a 3 x 3 kernel) and gathered it with
 //            its own load; here a thread's A registers are two-value shared loads.
+//   k order  the weights are re-laid in shared memory so that k-step j is tap j's 8 channels
+//            (the packing interleaves 4 taps per k-step, for v1's gather): one k-step a tap,
+//            9 for a 3 x 3 kernel instead of 12 (the packing pads K = 72 to 96).
 //   mma      both operands' products in two accumulators: the cross terms in one, big * big
 //            in the other, added once at the end (the cross terms never meet the large
 //            running sum inside the tensor cores' truncating accumulation).
@@ -281,10 +284,11 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 // Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
 // a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v1 otherwise.
 constexpr int kV2Threads = 256;
-constexpr int kV2MaxKBlocks = 3;                 // 12 taps of 8 channels
-constexpr int kHaloPixels = 256;                 // + one zero pixel for absent taps
+constexpr int kV2MaxKBlocks = 3;
+enum : int { kV2MaxTaps = 4 * kV2MaxKBlocks };  // a k-block holds 4 taps of 8 channels
+constexpr int kHaloPixels = 256;
 constexpr int kHaloIters = kHaloPixels * 8 / kV2Threads;
-constexpr int kHaloArrayBytes = (kHaloPixels + 1) * 32;
+constexpr int kHaloArrayBytes = kHaloPixels * 32;
 constexpr int kTilePitch = kTileRows + 4;        // floats per channel row of the staged tile
 enum : int { kWindowPairs = kBN * kWindowsPerTile };  // (channel, window) pairs of a tile
 
@@ -294,11 +298,14 @@ struct V2Shape {
 
 __host__ __device__ inline int v2_smem_bytes(int num_kb) {
     return 1024 + num_kb * 3 * kBN * 128 + 3 * kHaloArrayBytes + kBN * kTilePitch * 4 +
-           3 * kBN * 4 + kHaloIters * kV2Threads * 4;
+           3 * kBN * 4 + kHaloIters * kV2Threads * (4 + 16);
 }
 
-// Byte offset of channels (2q, 2q + 1) of halo pixel p: channel-last, 32 bytes a pixel, the
-// 8-byte pairs swizzled by p / 4 so that the 8 rows x 4 taps a warp reads spread over banks.
+// Byte offset of channels (q, q + 4) of halo pixel p: channel-last, 32 bytes a pixel, the
+// pair a wgmma k-step gives one thread (logical columns t and t + 4) side by side. The pairs
+// are swizzled by p / 4: the halo's stores (consecutive threads, consecutive pixels, one
+// channel) then hit 16 banks instead of 4, and a warp's k-step loads (8 whole pixels) stay
+// conflict-free.
 __device__ __forceinline__ int halo_offset(int p, int q) {
     return p * 32 + ((q ^ ((p >> 2) & 3)) << 3);
 }
@@ -321,18 +328,22 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     float* ch_mean = ch_count + kBN;
     float* ch_m2 = ch_mean + kBN;
     float* raw = ch_m2 + kBN;  // [kHaloIters][kV2Threads]: the next tile's halo, unsplit
+    // [kHaloIters][kV2Threads]: where each thread's halo elements come from and go (below).
+    int4* halo_plan = reinterpret_cast<int4*>(raw + kHaloIters * kV2Threads);
 
     const int tid = threadIdx.x;
-    // The packed weights once (16-byte copies; they are already in the swizzled layout), and
-    // the zero pixel of the three halo arrays.
+    // The packed weights once, re-laid: the packing puts k = 32 kb + physical_k(L) at logical
+    // column L of k-block kb (tf32x3.cuh); here logical column L holds k = 32 kb + L, so that
+    // k-step j is tap j (k = 8 tap + channel). Same k-block, same 128-byte swizzle.
     {
-        const int chunks = num_kb * 3 * kBN * 128 / 16;
-        for (int i = tid; i < chunks; i += kV2Threads)
-            reinterpret_cast<uint4*>(weights)[i] = reinterpret_cast<const uint4*>(packed)[i];
-        if (tid < 6) {
-            uint4* zero = reinterpret_cast<uint4*>(halo + (tid / 2) * kHaloArrayBytes +
-                                                   kHaloPixels * 32) + tid % 2;
-            *zero = make_uint4(0u, 0u, 0u, 0u);
+        const int values = num_kb * 3 * kBN * tf32x3::kBlockK;  // [kb][part][row n][column L]
+        for (int i = tid; i < values; i += kV2Threads) {
+            const int column = i % tf32x3::kBlockK, n = (i / tf32x3::kBlockK) % kBN;
+            const int tile = i / (tf32x3::kBlockK * kBN);  // = 3 kb + part
+            const uint8_t* from = packed + tile * kBN * 128;
+            *reinterpret_cast<uint32_t*>(weights + tile * kBN * 128 +
+                                         tf32x3::packed_offset(n, tf32x3::physical_k(column))) =
+                *reinterpret_cast<const uint32_t*>(from + tf32x3::packed_offset(n, column));
         }
         fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
     }
@@ -344,7 +355,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     const int warpgroup = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
     const int quad_row = lane / 4, quad_col = lane % 4;
     // This thread's two tile rows (h = 0, 1): band row br, column cc; their halo pixel for
-    // tap 0.
+    // tap 0 (tap (r, s) adds r * dil_h * halo_w + s * dil_w).
     const int br = 2 * warpgroup + warp / 2;
     int row_pixel[2];
 #pragma unroll
@@ -352,13 +363,6 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         const int cc = 16 * (warp % 2) + quad_row + 8 * h;
         row_pixel[h] = br * g.stride_h * shape.halo_w + cc * g.stride_w;
     }
-    // The halo offset of tap 4 kb + quad_col, -1 past the last tap (the zero pixel is read).
-    auto tap_pixel = [&](int kb) {
-        const int tap = 4 * kb + quad_col;
-        return tap < shape.taps
-                   ? (tap / g.kernel_w) * g.dil_h * shape.halo_w + (tap % g.kernel_w) * g.dil_w
-                   : -1;
-    };
     // The epilogue's (channel, window) pairs of this thread: q = tid + 256 j.
     float pair_bias[kWindowPairs / kV2Threads], pair_sign[kWindowPairs / kV2Threads];
 #pragma unroll
@@ -373,24 +377,34 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     const int halo_pixels = shape.halo_h * shape.halo_w;
     const int plane = g.height * g.width;
     const int total_tiles = f.batch * bands.tiles_per_image;
-    // Halo element e = c * halo_pixels + pixel (pixel = hr * halo_w + hc): consecutive threads
-    // read consecutive columns of one input row (coalesced).
+    // Halo element e = tid + 256 it = c * halo_pixels + hr * halo_w + hc: consecutive threads
+    // read consecutive columns of one input row (coalesced). Its decoding is the same for
+    // every tile, so it is done once into halo_plan (each thread reads only its own entries):
+    // {offset from the tile's first input pixel (-1: no such channel), byte offset in the
+    // halo arrays (-1: past the halo), hr, hc}.
+#pragma unroll
+    for (int it = 0; it < kHaloIters; ++it) {
+        const int e = tid + kV2Threads * it;
+        const int c = e / halo_pixels, pixel = e - c * halo_pixels;
+        const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
+        halo_plan[e] = make_int4(c < g.channels ? c * plane + hr * g.width + hc : -1,
+                                 c < 8 ? halo_offset(pixel, c % 4) + 4 * (c / 4) : -1, hr, hc);
+    }
     auto fetch_halo = [&](int tile) {
         int n, band, col_block;
         bands.tile(tile, n, band, col_block);
         const int ih0 = kPool * band * g.stride_h - g.pad_h;
         const int iw0 = kBandCols * col_block * g.stride_w - g.pad_w;
-        const float* image = x + static_cast<long long>(n) * g.channels * plane;
+        const float* origin = x + static_cast<long long>(n) * g.channels * plane;
+        const int origin_offset = ih0 * g.width + iw0;  // may be negative (padding)
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
             const int e = tid + kV2Threads * it;
-            const int c = e / halo_pixels, pixel = e - c * halo_pixels;
-            const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
-            const int ih = ih0 + hr, iw = iw0 + hc;
-            const bool inside = c < g.channels && ih >= 0 && ih < g.height && iw >= 0 &&
-                                iw < g.width;
-            cp_async4_or_zero(raw + e, inside ? image + (c * g.height + ih) * g.width + iw : x,
-                              inside);
+            const int4 plan = halo_plan[e];
+            const bool inside = plan.x >= 0 &&
+                                static_cast<unsigned>(ih0 + plan.z) < static_cast<unsigned>(g.height) &&
+                                static_cast<unsigned>(iw0 + plan.w) < static_cast<unsigned>(g.width);
+            cp_async4_or_zero(raw + e, inside ? origin + (origin_offset + plan.x) : x, inside);
         }
         cp_async_commit();
     };
@@ -403,9 +417,8 @@ __global__ void __launch_bounds__(kV2Threads, 1)
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
             const int e = tid + kV2Threads * it;
-            if (e < 8 * halo_pixels) {
-                const int c = e / halo_pixels, pixel = e - c * halo_pixels;
-                const int at = halo_offset(pixel, c / 2) + 4 * (c % 2);
+            const int at = halo_plan[e].y;
+            if (at >= 0) {
                 const Tf32Split part = split_tf32(raw[e]);
                 *reinterpret_cast<uint32_t*>(halo + at) = part.big;
                 *reinterpret_cast<uint32_t*>(halo + kHaloArrayBytes + at) = part.small;
@@ -416,58 +429,59 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         // (2) The next tile's halo, in flight during this tile's work.
         if (tile + static_cast<int>(gridDim.x) < total_tiles) fetch_halo(tile + gridDim.x);
 
-        // (3) The products: per k-block, the thread's A registers from the halo (k-step s
-        // holds channels 2s, 2s + 1 of tap 4 kb + quad_col: the packing's order, see
-        // tf32x3.cuh physical_k), then 4 k-steps x 3 wgmmas. One register buffer (two would
-        // overlap the shared loads with the wgmmas but spill): the other warpgroup's wgmmas
-        // keep the tensor cores busy while this one reloads.
+        // (3) The products, one k-step a tap: the thread's A registers are channels
+        // quad_col and quad_col + 4 of tap j at its two rows' pixels, then 3 wgmmas. Two
+        // register buffers: tap j + 1 is read while tap j's wgmmas run.
         float acc_big[kAcc], acc_cross[kAcc];
-        uint32_t a[4][3][4];  // [k-step][big, small, cross][wgmma register]
-        for (int kb = 0; kb < num_kb; ++kb) {
-            const int tap_at = tap_pixel(kb);
+        uint32_t a[2][3][4];  // [buffer][big, small, cross][wgmma register]
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int pix = tap_at < 0 ? kHaloPixels : row_pixel[h] + tap_at;
+        for (int j = 0; j < kV2MaxTaps; ++j) {
+            if (j < shape.taps) {
+                uint32_t (&buf)[3][4] = a[j % 2];
+                if (j >= 2) {
+                    wgmma_wait<1>();  // tap j - 2's wgmmas are done: this buffer is free
 #pragma unroll
-                for (int s = 0; s < 4; ++s) {
-                    const int at = halo_offset(pix, s);
+                    for (int part = 0; part < 3; ++part) pin_registers(buf[part]);
+                }
+                const int tap_at = (j / g.kernel_w) * g.dil_h * shape.halo_w +
+                                   (j % g.kernel_w) * g.dil_w;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int at = halo_offset(row_pixel[h] + tap_at, quad_col);
 #pragma unroll
                     for (int part = 0; part < 3; ++part) {
                         const uint2 v =
                             *reinterpret_cast<const uint2*>(halo + part * kHaloArrayBytes + at);
-                        a[s][part][h] = v.x;      // channel 2s: logical column 8s + t
-                        a[s][part][2 + h] = v.y;  // channel 2s + 1: column 8s + t + 4
+                        buf[part][h] = v.x;      // channel t: logical column t
+                        buf[part][2 + h] = v.y;  // channel t + 4: column t + 4
                     }
                 }
+                const uint32_t big_addr = smem_address(weights) + (j / 4) * 3 * kBN * 128;
+                const int step = 2 * (j % 4);  // 32 bytes a k-step, in 16-byte units
+                const uint64_t desc_big = make_smem_desc_sw128(big_addr) + step;
+                const uint64_t desc_small = make_smem_desc_sw128(big_addr + kBN * 128) + step;
+                const uint64_t desc_cross =
+                    b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * kBN * 128) + step
+                                 : desc_big;
+#pragma unroll
+                for (int part = 0; part < 3; ++part) pin_registers(buf[part]);
+                pin_registers(acc_big);
+                pin_registers(acc_cross);
+                wgmma_fence();
+                const int accumulate = j > 0;  // tap 0 starts both afresh
+                Mma::mma(acc_cross, buf[1], desc_cross, accumulate);
+                Mma::mma(acc_cross, buf[2], desc_small, 1);
+                Mma::mma(acc_big, buf[0], desc_big, accumulate);
+                wgmma_commit();
             }
-            const uint32_t big_addr = smem_address(weights) + kb * 3 * kBN * 128;
-            const uint64_t desc_big0 = make_smem_desc_sw128(big_addr);
-            const uint64_t desc_small0 = make_smem_desc_sw128(big_addr + kBN * 128);
-            const uint64_t desc_cross0 =
-                b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * kBN * 128) : desc_big0;
-#pragma unroll
-            for (int s = 0; s < 4; ++s)
-#pragma unroll
-                for (int part = 0; part < 3; ++part) pin_registers(a[s][part]);
-            pin_registers(acc_big);
-            pin_registers(acc_cross);
-            wgmma_fence();
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                const int accumulate = kb > 0 || s > 0;  // k-step 0 starts both afresh
-                Mma::mma(acc_cross, a[s][1], desc_cross0 + 2 * s, accumulate);
-                Mma::mma(acc_cross, a[s][2], desc_small0 + 2 * s, 1);
-                Mma::mma(acc_big, a[s][0], desc_big0 + 2 * s, accumulate);
-            }
-            wgmma_commit();
-            wgmma_wait<0>();  // a[] is read again for the next k-block
-#pragma unroll
-            for (int s = 0; s < 4; ++s)
-#pragma unroll
-                for (int part = 0; part < 3; ++part) pin_registers(a[s][part]);
-            pin_registers(acc_big);
-            pin_registers(acc_cross);
         }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int part = 0; part < 3; ++part) pin_registers(a[b][part]);
+        pin_registers(acc_big);
+        pin_registers(acc_cross);
 
         // (4) The tile through shared memory as [channel][pixel]: element 4 nb + 2h + j of the
         // accumulators is (row quad_row + 8h of the warp's 16, channel 8 nb + 2 quad_col + j).
