@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
             const int e = tid + kV2Threads * it;
             const int at = halo_plan[e].y;
             if (at >= 0) {
-                const Tf32Split part = split_tf32(raw[e]);
+                const Tf32Split part = split_tf32_truncated(raw[e]);
                 *reinterpret_cast<uint32_t*>(halo + at) = part.big;
                 *reinterpret_cast<uint32_t*>(halo + kHaloArrayBytes + at) = part.small;
                 *reinterpret_cast<uint32_t*>(halo + 2 * kHaloArrayBytes + at) = part.cross;

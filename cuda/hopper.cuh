@@ -12,10 +12,19 @@
 namespace scratchops {
 
 // ------------------------------------------------------------------------ TF32 split (3xTF32)
-// x = big + small, both TF32 (fp32 with the low 13 mantissa bits zero): big is x truncated to
-// TF32 (cvt.rz: one instruction, never overflows), small is the remainder x - big (exact in
-// fp32) rounded to nearest TF32 (add half a TF32 ulp to the bits, then clear the low 13).
-// big*b_big + big*b_small + small*b_big then carries about 21 mantissa bits of each product.
+// x = big + small, both TF32 (fp32 with the low 13 mantissa bits zero), in two flavours:
+//   split_tf32           big = x rounded to the nearest TF32 (cvt.rna; a finite x that would
+//                        round up to Inf, |x| near FLT_MAX, is truncated instead): small is at
+//                        most half a TF32 ulp, of either sign.
+//   split_tf32_truncated big = x truncated (cvt.rz: one instruction, never overflows): small
+//                        is up to a whole ulp, with x's sign. Two instructions fewer, for the
+//                        hot loops that split every value they read.
+// small = the remainder x - big (exact in fp32) rounded to nearest TF32 (add half a TF32 ulp
+// to the bits, then clear the low 13). big*b_big + big*b_small + small*b_big then carries about
+// 21 to 22 mantissa bits of each product; the dropped small*b_small is below 2^-20 of it. Its
+// sign is random when at least one side is split to nearest; with both truncated it has the
+// sign of a*b and, over positive data, adds up: seen on the GPU as an error several times
+// cuBLAS SGEMM's at K = 13. So the operand split once (the packed B) uses split_tf32.
 // Non-finite x: big = x (Inf and NaN travel in the big part) and small = 0; `cross` is the big
 // part to use in the cross terms, 0 for a non-finite x: Inf * (another operand's small part,
 // possibly 0) would be NaN where fp32 gives Inf. So the cross terms are always finite and the
@@ -24,17 +33,38 @@ struct Tf32Split {
     uint32_t big, small, cross;
 };
 
-__device__ __forceinline__ Tf32Split split_tf32(float x) {
+__device__ __forceinline__ Tf32Split tf32_parts(float x, uint32_t big) {
+    const bool finite = fabsf(x) <= __uint_as_float(0x7f7fffffu);  // false for Inf and NaN
+    const float remainder = x - __uint_as_float(big);
+    const uint32_t small = (__float_as_uint(remainder) + 0x1000u) & 0xffffe000u;
+    return {big, finite ? small : 0u, finite ? big : 0u};
+}
+
+__device__ __forceinline__ uint32_t tf32_truncated(float x) {
     uint32_t big;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm("cvt.rz.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
-#else  // cvt.rz.tf32 is sm_90+: truncate by masking, keeping a NaN a NaN
+#else  // the tensor-core kernels are sm_90a only; truncate by masking, a NaN stays a NaN
     big = x != x ? __float_as_uint(x) : __float_as_uint(x) & 0xffffe000u;
 #endif
-    const float remainder = x - __uint_as_float(big);
-    const uint32_t small = (__float_as_uint(remainder) + 0x1000u) & 0xffffe000u;
-    const bool finite = fabsf(x) <= __uint_as_float(0x7f7fffffu);  // false for Inf and NaN
-    return {big, finite ? small : 0u, finite ? big : 0u};
+    return big;
+}
+
+__device__ __forceinline__ Tf32Split split_tf32_truncated(float x) {
+    return tf32_parts(x, tf32_truncated(x));
+}
+
+__device__ __forceinline__ Tf32Split split_tf32(float x) {
+    uint32_t big = tf32_truncated(x);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t nearest;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(nearest) : "f"(x));
+    // Keep the truncation only where rounding would turn a finite x into Inf.
+    const bool overflow = fabsf(__uint_as_float(nearest)) > __uint_as_float(0x7f7fffffu) &&
+                          fabsf(x) <= __uint_as_float(0x7f7fffffu);
+    big = overflow ? big : nearest;
+#endif
+    return tf32_parts(x, big);
 }
 
 // ---------------------------------------------------------------------- predicated loads

@@ -3,7 +3,8 @@
 // wgmma (sm_90a), each fp32 product carried by three TF32 products ("3xTF32").
 //
 // The parts, one idea each:
-//   split     x = big + small, both TF32 (hopper.cuh: split_tf32). a*b is then
+//   split     x = big + small, both TF32 (hopper.cuh: B to nearest once, in pack_b; A
+//             truncated, in the hot loop: split_tf32_truncated). a*b is then
 //             a_small*b_big + a_big*b_small + a_big*b_big (the cross terms first, with the
 //             "cross" big parts that are 0 for a non-finite value, so Inf and NaN come out as
 //             fp32 gives them); the dropped a_small*b_small is ~2^-22 relative.
@@ -332,8 +333,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int h = 0; h < 2; ++h) {
                     // a0/a1 (rows g, g + 8): logical column 8s + t = physical 8t + 2s;
                     // a2/a3: logical column 8s + t + 4 = physical 8t + 2s + 1.
-                    const Tf32Split lo = split_tf32(raw[mb][h][2 * s]);
-                    const Tf32Split hi = split_tf32(raw[mb][h][2 * s + 1]);
+                    const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
+                    const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
                     a_big[buf][mb][h] = lo.big;
                     a_small[buf][mb][h] = lo.small;
                     a_cross[buf][mb][h] = lo.cross;
