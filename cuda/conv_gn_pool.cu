@@ -513,22 +513,30 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                 v[r][2] = row4.z + pair_bias[j];
                 v[r][3] = row4.w + pair_bias[j];
             }
-            float extreme = pair_sign[j] * v[0][0], sum = 0.0f;
+            // A plain fmaxf drops NaN, which is harmless here: a NaN (or an Inf) conv value
+            // makes its group's mean or variance NaN, and so every output of the group, as in
+            // torch.
+            float extreme = pair_sign[j] * v[0][0];
 #pragma unroll
             for (int r = 0; r < kPool; ++r)
 #pragma unroll
-                for (int c = 0; c < kPool; ++c) {
-                    extreme = nan_max(extreme, pair_sign[j] * v[r][c]);
-                    sum += r < rows_here && c < cols ? v[r][c] : 0.0f;
-                }
+                for (int c = 0; c < kPool; ++c) extreme = fmaxf(extreme, pair_sign[j] * v[r][c]);
+            const bool whole = rows_here == kPool && cols == kPool;  // all but the edges
+            float sum = 0.0f;
+#pragma unroll
+            for (int r = 0; r < kPool; ++r)
+#pragma unroll
+                for (int c = 0; c < kPool; ++c)
+                    sum += whole || (r < rows_here && c < cols) ? v[r][c] : 0.0f;
             float count = static_cast<float>(rows_here * cols);
-            float mean = count > 0.0f ? sum / count : 0.0f, m2 = 0.0f;
+            float mean = whole ? sum * (1.0f / (kPool * kPool)) : count > 0.0f ? sum / count : 0.0f;
+            float m2 = 0.0f;
 #pragma unroll
             for (int r = 0; r < kPool; ++r)
 #pragma unroll
                 for (int c = 0; c < kPool; ++c) {
                     const float d = v[r][c] - mean;
-                    m2 += r < rows_here && c < cols ? d * d : 0.0f;
+                    m2 += whole || (r < rows_here && c < cols) ? d * d : 0.0f;
                 }
             const int wc = kWindowsPerTile * col_block + w;
             if (co < f.cout && band < p.pool_h && wc < p.pool_w)
@@ -542,7 +550,9 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                 const float m2_b = __shfl_xor_sync(0xffffffffu, m2, d);
                 const float total = count + n_b;
                 if (total > 0.0f) {
-                    const float delta = mean_b - mean, share = n_b / total;
+                    // Equal counts (whole windows) need no division: share = 1/2 exactly.
+                    const float delta = mean_b - mean;
+                    const float share = n_b == count ? 0.5f : n_b / total;
                     mean += delta * share;
                     m2 += m2_b + delta * delta * count * share;
                 }
