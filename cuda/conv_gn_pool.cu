@@ -32,6 +32,7 @@ using tf32x3::TileCoords;
 constexpr int kPool = 4;                       // pooling window and stride (P85's MaxPool2d(4))
 constexpr int kBandCols = 32;                  // a tile: kPool rows x 32 columns = 128 GEMM rows
 constexpr int kTileRows = kPool * kBandCols;   // = 2 warpgroups x 64
+constexpr int kV2BandCols = 16;                // v2's tile: kPool rows x 16 columns = 64 rows
 enum : int { kWindowsPerTile = kBandCols / kPool };  // (an enum: unused without sm_90a)
 constexpr int kBN = 64, kMB = 1, kStages = 8;  // every output channel in one tile
 static_assert(kTileRows == tf32x3::kConsumerWarpgroups * 64 * kMB, "a tile is one band");
@@ -39,7 +40,7 @@ static_assert(kTileRows == tf32x3::kConsumerWarpgroups * 64 * kMB, "a tile is on
 // Tile order: tile = (n * bands + band) * col_blocks + col_block; GEMM row m of the tile
 // kTileRows * tile + i is output pixel (4 * band + i / 32, 32 * col_block + i % 32).
 struct BandPixels {
-    int tiles_per_image, col_blocks;
+    int tiles_per_image, col_blocks, cols;  // cols: a tile's columns (v1 kBandCols, v2 kV2BandCols)
     FastDiv by_tiles, by_col_blocks;
     __device__ void tile(int t, int& n, int& band, int& col_block) const {
         n = by_tiles.div(t);
@@ -215,7 +216,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     for (int tile = threadIdx.x; tile < bands.tiles_per_image; tile += kFinalizeThreads) {
         const int band = tile / bands.col_blocks, col_block = tile % bands.col_blocks;
         const float c = static_cast<float>(min(kPool, out_h - kPool * band) *
-                                           min(kBandCols, out_w - kBandCols * col_block) * cpg);
+                                           min(bands.cols, out_w - bands.cols * col_block) * cpg);
         const float* s = tile_stats +
                          ((static_cast<long long>(n) * bands.tiles_per_image + tile) * groups +
                           group) * 2;
@@ -263,42 +264,56 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 }
 
 // ---------------------------------------------------------------------------------- v2
-// One CTA per SM (persistent), 256 threads = two warpgroups of 64 tile rows each, no producer:
-//   weights  the packed B (all k-blocks: big, small, cross) copied into shared memory once.
-//   halo     per tile, the input patch its 4 x 32 outputs read (HR x HC pixels x 8 channels),
+// One CTA per SM (persistent), 256 threads = two warpgroups that work apart: each takes its
+// own tiles of 4 output rows x 16 columns (64 GEMM rows, one m64 wgmma) and synchronises
+// only its own 128 threads (named barriers), so one warpgroup's epilogue runs while the
+// other's wgmmas keep the tensor cores busy. Shared: the weights; per warpgroup: the rest.
+//   weights  the packed B (all k-blocks: big, small, cross) copied into shared memory once,
+//            re-laid so that k-step j is tap j's 8 channels (the packing interleaves 4 taps
+//            per k-step, for v1's gather): 9 k-steps for a 3 x 3 kernel instead of 12.
+//   halo     per tile, the input patch its outputs read (HR x HC pixels x 8 channels),
 //            copied from global memory one tile ahead (cp.async, no registers held), split
-//            once into TF32
-//            big / small / cross and stored channel-last in shared memory. v1 split every
-//            im2col value (each input value 9 times for a 3 x 3 kernel) and gathered it with
-//            its own load; here a thread's A registers are two-value shared loads.
-//   k order  the weights are re-laid in shared memory so that k-step j is tap j's 8 channels
-//            (the packing interleaves 4 taps per k-step, for v1's gather): one k-step a tap,
-//            9 for a 3 x 3 kernel instead of 12 (the packing pads K = 72 to 96).
+//            once into TF32 big / small / cross and stored channel-last. v1 split every im2col
+//            value (each input value 9 times for a 3 x 3 kernel) and gathered it with its own
+//            load; here a thread's A registers are two-value shared loads.
 //   mma      both operands' products in two accumulators: the cross terms in one, big * big
 //            in the other, added once at the end (the cross terms never meet the large
 //            running sum inside the tensor cores' truncating accumulation).
 //   epilogue the tile goes through shared memory as [channel][pixel]; a thread then owns one
 //            (channel, pooling window) at a time: four 16-byte loads, the window's extreme,
 //            its count, mean and centred sum of squares (two passes over 16 registers), and
-//            Chan merges across the 8 windows of a tile (shuffles) and the channels of a group.
+//            Chan merges across the 4 windows of a tile (shuffles) and the channels of a group.
 // Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
 // a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v1 otherwise.
 constexpr int kV2Threads = 256;
 constexpr int kV2MaxKBlocks = 3;
-enum : int { kV2MaxTaps = 4 * kV2MaxKBlocks };  // a k-block holds 4 taps of 8 channels
-constexpr int kHaloPixels = 256;
-constexpr int kHaloIters = kHaloPixels * 8 / kV2Threads;
+enum : int {
+    kV2MaxTaps = 4 * kV2MaxKBlocks,                // a k-block holds 4 taps of 8 channels
+    kV2Windows = kV2BandCols / kPool,              // pooling windows of a tile
+    kWindowPairs = kBN * kV2Windows,               // (channel, window) pairs of a tile
+};
+constexpr int kHaloPixels = 128;
+constexpr int kHaloIters = kHaloPixels * 8 / 128;  // halo elements a thread copies
 constexpr int kHaloArrayBytes = kHaloPixels * 32;
-constexpr int kTilePitch = kTileRows + 4;        // floats per channel row of the staged tile
-enum : int { kWindowPairs = kBN * kWindowsPerTile };  // (channel, window) pairs of a tile
+constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row of the staged tile
 
 struct V2Shape {
     int halo_h, halo_w, taps;
 };
 
+// Shared memory: the weights (1024-aligned), then per warpgroup a WarpgroupSmem, then the
+// halo plan both warpgroups read.
+struct WarpgroupSmem {
+    uint8_t halo[3 * kHaloArrayBytes];  // big, small, cross
+    float staged[kBN * kTilePitch];     // the tile as [channel][pixel]
+    float ch_count[kBN], ch_mean[kBN], ch_m2[kBN];
+    float raw[kHaloIters * 128];        // the next tile's halo, unsplit
+};
+static_assert(sizeof(WarpgroupSmem) % 16 == 0, "16-byte aligned arrays");
+
 __host__ __device__ inline int v2_smem_bytes(int num_kb) {
-    return 1024 + num_kb * 3 * kBN * 128 + 3 * kHaloArrayBytes + kBN * kTilePitch * 4 +
-           3 * kBN * 4 + kHaloIters * kV2Threads * (4 + 16);
+    return 1024 + num_kb * 3 * kBN * 128 + 2 * static_cast<int>(sizeof(WarpgroupSmem)) +
+           kHaloIters * 128 * 16;
 }
 
 // Byte offset of channels (q, q + 4) of halo pixel p: channel-last, 32 bytes a pixel, the
@@ -308,6 +323,10 @@ __host__ __device__ inline int v2_smem_bytes(int num_kb) {
 // conflict-free.
 __device__ __forceinline__ int halo_offset(int p, int q) {
     return p * 32 + ((q ^ ((p >> 2) & 3)) << 3);
+}
+
+__device__ __forceinline__ void warpgroup_sync(int warpgroup) {  // its 128 threads only
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
 }
 
 __global__ void __launch_bounds__(kV2Threads, 1)
@@ -322,16 +341,16 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     const uint32_t raw_addr = smem_address(smem_raw);
     uint8_t* weights = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
     const int num_kb = layout.num_kb;
-    uint8_t* halo = weights + num_kb * 3 * kBN * 128;  // big, small, cross arrays
-    float* staged = reinterpret_cast<float*>(halo + 3 * kHaloArrayBytes);  // [kBN][kTilePitch]
-    float* ch_count = staged + kBN * kTilePitch;
-    float* ch_mean = ch_count + kBN;
-    float* ch_m2 = ch_mean + kBN;
-    float* raw = ch_m2 + kBN;  // [kHaloIters][kV2Threads]: the next tile's halo, unsplit
-    // [kHaloIters][kV2Threads]: where each thread's halo elements come from and go (below).
-    int4* halo_plan = reinterpret_cast<int4*>(raw + kHaloIters * kV2Threads);
+    WarpgroupSmem* wg_smem = reinterpret_cast<WarpgroupSmem*>(weights + num_kb * 3 * kBN * 128);
+    // [kHaloIters][128]: where each halo element comes from and goes (below).
+    int4* halo_plan = reinterpret_cast<int4*>(wg_smem + 2);
 
     const int tid = threadIdx.x;
+    const int warpgroup = tid / 128, wtid = tid % 128;  // wtid: the thread within its warpgroup
+    const int warp = wtid / 32, lane = tid % 32;
+    const int quad_row = lane / 4, quad_col = lane % 4;
+    WarpgroupSmem& my = wg_smem[warpgroup];
+
     // The packed weights once, re-laid: the packing puts k = 32 kb + physical_k(L) at logical
     // column L of k-block kb (tf32x3.cuh); here logical column L holds k = 32 kb + L, so that
     // k-step j is tap j (k = 8 tap + channel). Same k-block, same 128-byte swizzle.
@@ -347,87 +366,87 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         }
         fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
     }
-    // B's cross tiles only where some weight is not finite (see tf32x3.cuh).
+    // Halo element e = wtid + 128 it = c * halo_pixels + hr * halo_w + hc: consecutive threads
+    // read consecutive columns of one input row (coalesced). The decoding is the same for
+    // every tile and both warpgroups: warpgroup 0 writes it once into halo_plan, {offset from
+    // the tile's first input pixel (-1: no such channel), byte offset in the halo arrays (-1:
+    // past the halo), hr, hc}.
+    const int halo_pixels = shape.halo_h * shape.halo_w;
+    const int plane = g.height * g.width;
+    if (warpgroup == 0) {
+#pragma unroll
+        for (int it = 0; it < kHaloIters; ++it) {
+            const int e = wtid + 128 * it;
+            const int c = e / halo_pixels, pixel = e - c * halo_pixels;
+            const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
+            halo_plan[e] = make_int4(c < g.channels ? c * plane + hr * g.width + hc : -1,
+                                     c < 8 ? halo_offset(pixel, c % 4) + 4 * (c / 4) : -1, hr,
+                                     hc);
+        }
+    }
+    // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
+    // also publishes the weights and the plan.
     const int* flags = reinterpret_cast<const int*>(packed + layout.tiles_bytes());
     const bool b_cross_tile =
         __syncthreads_or(tid < tf32x3::kPackBlocks && flags[tid]) != 0;
 
-    const int warpgroup = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
-    const int quad_row = lane / 4, quad_col = lane % 4;
-    // This thread's two tile rows (h = 0, 1): band row br, column cc; their halo pixel for
-    // tap 0 (tap (r, s) adds r * dil_h * halo_w + s * dil_w).
-    const int br = 2 * warpgroup + warp / 2;
+    // This thread's two tile rows (h = 0, 1): band row `warp`, column quad_row + 8h; their
+    // halo pixel for tap 0 (tap (r, s) adds r * dil_h * halo_w + s * dil_w).
     int row_pixel[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int cc = 16 * (warp % 2) + quad_row + 8 * h;
-        row_pixel[h] = br * g.stride_h * shape.halo_w + cc * g.stride_w;
-    }
-    // The epilogue's (channel, window) pairs of this thread: q = tid + 256 j.
-    float pair_bias[kWindowPairs / kV2Threads], pair_sign[kWindowPairs / kV2Threads];
+    for (int h = 0; h < 2; ++h)
+        row_pixel[h] = warp * g.stride_h * shape.halo_w + (quad_row + 8 * h) * g.stride_w;
+    // The epilogue's (channel, window) pairs of this thread: q = wtid + 128 j.
+    float pair_bias[kWindowPairs / 128], pair_sign[kWindowPairs / 128];
 #pragma unroll
-    for (int j = 0; j < kWindowPairs / kV2Threads; ++j) {
-        const int co = (tid + kV2Threads * j) / kWindowsPerTile;
+    for (int j = 0; j < kWindowPairs / 128; ++j) {
+        const int co = (wtid + 128 * j) / kV2Windows;
         pair_bias[j] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
         const float gam = p.gamma != nullptr && co < f.cout ? p.gamma[co] : 1.0f;
         const float sc = p.scale != nullptr && co < f.cout ? p.scale[co] : 1.0f;
         pair_sign[j] = gam * sc < 0.0f ? -1.0f : 1.0f;
     }
 
-    const int halo_pixels = shape.halo_h * shape.halo_w;
-    const int plane = g.height * g.width;
     const int total_tiles = f.batch * bands.tiles_per_image;
-    // Halo element e = tid + 256 it = c * halo_pixels + hr * halo_w + hc: consecutive threads
-    // read consecutive columns of one input row (coalesced). Its decoding is the same for
-    // every tile, so it is done once into halo_plan (each thread reads only its own entries):
-    // {offset from the tile's first input pixel (-1: no such channel), byte offset in the
-    // halo arrays (-1: past the halo), hr, hc}.
-#pragma unroll
-    for (int it = 0; it < kHaloIters; ++it) {
-        const int e = tid + kV2Threads * it;
-        const int c = e / halo_pixels, pixel = e - c * halo_pixels;
-        const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
-        halo_plan[e] = make_int4(c < g.channels ? c * plane + hr * g.width + hc : -1,
-                                 c < 8 ? halo_offset(pixel, c % 4) + 4 * (c / 4) : -1, hr, hc);
-    }
+    const int first = 2 * static_cast<int>(blockIdx.x) + warpgroup;
+    const int step = 2 * static_cast<int>(gridDim.x);
     auto fetch_halo = [&](int tile) {
         int n, band, col_block;
         bands.tile(tile, n, band, col_block);
         const int ih0 = kPool * band * g.stride_h - g.pad_h;
-        const int iw0 = kBandCols * col_block * g.stride_w - g.pad_w;
+        const int iw0 = kV2BandCols * col_block * g.stride_w - g.pad_w;
         const float* origin = x + static_cast<long long>(n) * g.channels * plane;
         const int origin_offset = ih0 * g.width + iw0;  // may be negative (padding)
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
-            const int e = tid + kV2Threads * it;
-            const int4 plan = halo_plan[e];
+            const int4 plan = halo_plan[wtid + 128 * it];
             const bool inside = plan.x >= 0 &&
                                 static_cast<unsigned>(ih0 + plan.z) < static_cast<unsigned>(g.height) &&
                                 static_cast<unsigned>(iw0 + plan.w) < static_cast<unsigned>(g.width);
-            cp_async4_or_zero(raw + e, inside ? origin + (origin_offset + plan.x) : x, inside);
+            cp_async4_or_zero(my.raw + wtid + 128 * it,
+                              inside ? origin + (origin_offset + plan.x) : x, inside);
         }
         cp_async_commit();
     };
-    if (static_cast<int>(blockIdx.x) < total_tiles) fetch_halo(blockIdx.x);
+    if (first < total_tiles) fetch_halo(first);
 
-    for (int tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
+    for (int tile = first; tile < total_tiles; tile += step) {
         // (1) This tile's halo into shared memory, split. The previous tile's reads of the
         // halo ended before its epilogue's barriers; each thread splits the values it copied.
         cp_async_wait_all();
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
-            const int e = tid + kV2Threads * it;
-            const int at = halo_plan[e].y;
+            const int at = halo_plan[wtid + 128 * it].y;
             if (at >= 0) {
-                const Tf32Split part = split_tf32_truncated(raw[e]);
-                *reinterpret_cast<uint32_t*>(halo + at) = part.big;
-                *reinterpret_cast<uint32_t*>(halo + kHaloArrayBytes + at) = part.small;
-                *reinterpret_cast<uint32_t*>(halo + 2 * kHaloArrayBytes + at) = part.cross;
+                const Tf32Split part = split_tf32_truncated(my.raw[wtid + 128 * it]);
+                *reinterpret_cast<uint32_t*>(my.halo + at) = part.big;
+                *reinterpret_cast<uint32_t*>(my.halo + kHaloArrayBytes + at) = part.small;
+                *reinterpret_cast<uint32_t*>(my.halo + 2 * kHaloArrayBytes + at) = part.cross;
             }
         }
-        __syncthreads();
+        warpgroup_sync(warpgroup);
         // (2) The next tile's halo, in flight during this tile's work.
-        if (tile + static_cast<int>(gridDim.x) < total_tiles) fetch_halo(tile + gridDim.x);
+        if (tile + step < total_tiles) fetch_halo(tile + step);
 
         // (3) The products, one k-step a tap: the thread's A registers are channels
         // quad_col and quad_col + 4 of tap j at its two rows' pixels, then 3 wgmmas. Two
@@ -451,17 +470,17 @@ __global__ void __launch_bounds__(kV2Threads, 1)
 #pragma unroll
                     for (int part = 0; part < 3; ++part) {
                         const uint2 v =
-                            *reinterpret_cast<const uint2*>(halo + part * kHaloArrayBytes + at);
+                            *reinterpret_cast<const uint2*>(my.halo + part * kHaloArrayBytes + at);
                         buf[part][h] = v.x;      // channel t: logical column t
                         buf[part][2 + h] = v.y;  // channel t + 4: column t + 4
                     }
                 }
                 const uint32_t big_addr = smem_address(weights) + (j / 4) * 3 * kBN * 128;
-                const int step = 2 * (j % 4);  // 32 bytes a k-step, in 16-byte units
-                const uint64_t desc_big = make_smem_desc_sw128(big_addr) + step;
-                const uint64_t desc_small = make_smem_desc_sw128(big_addr + kBN * 128) + step;
+                const int kstep = 2 * (j % 4);  // 32 bytes a k-step, in 16-byte units
+                const uint64_t desc_big = make_smem_desc_sw128(big_addr) + kstep;
+                const uint64_t desc_small = make_smem_desc_sw128(big_addr + kBN * 128) + kstep;
                 const uint64_t desc_cross =
-                    b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * kBN * 128) + step
+                    b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * kBN * 128) + kstep
                                  : desc_big;
 #pragma unroll
                 for (int part = 0; part < 3; ++part) pin_registers(buf[part]);
@@ -484,30 +503,30 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         pin_registers(acc_cross);
 
         // (4) The tile through shared memory as [channel][pixel]: element 4 nb + 2h + j of the
-        // accumulators is (row quad_row + 8h of the warp's 16, channel 8 nb + 2 quad_col + j).
+        // accumulators is (pixel 16 warp + quad_row + 8h, channel 8 nb + 2 quad_col + j).
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) {
             const int co = 8 * (i / 4) + 2 * quad_col + i % 2;
-            const int row = 64 * warpgroup + 16 * warp + quad_row + 8 * ((i / 2) % 2);
-            staged[co * kTilePitch + row] = acc_big[i] + acc_cross[i];
+            const int pixel = 16 * warp + quad_row + 8 * ((i / 2) % 2);
+            my.staged[co * kTilePitch + pixel] = acc_big[i] + acc_cross[i];
         }
-        __syncthreads();
+        warpgroup_sync(warpgroup);
 
         // (5) Per (channel, window) pair: extreme, count, mean, centred sum of squares.
         int n, band, col_block;
         bands.tile(tile, n, band, col_block);
         const int rows_here = min(kPool, g.out_h - kPool * band);
-        const int cols_here = min(kBandCols, g.out_w - kBandCols * col_block);
+        const int cols_here = min(kV2BandCols, g.out_w - kV2BandCols * col_block);
 #pragma unroll
-        for (int j = 0; j < kWindowPairs / kV2Threads; ++j) {
-            const int q = tid + kV2Threads * j;
-            const int co = q / kWindowsPerTile, w = q % kWindowsPerTile;
+        for (int j = 0; j < kWindowPairs / 128; ++j) {
+            const int q = wtid + 128 * j;
+            const int co = q / kV2Windows, w = q % kV2Windows;
             const int cols = max(0, min(kPool, cols_here - kPool * w));
             float v[kPool][kPool];
 #pragma unroll
             for (int r = 0; r < kPool; ++r) {
                 const float4 row4 = *reinterpret_cast<const float4*>(
-                    staged + co * kTilePitch + r * kBandCols + kPool * w);
+                    my.staged + co * kTilePitch + r * kV2BandCols + kPool * w);
                 v[r][0] = row4.x + pair_bias[j];
                 v[r][1] = row4.y + pair_bias[j];
                 v[r][2] = row4.z + pair_bias[j];
@@ -538,13 +557,13 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                     const float d = v[r][c] - mean;
                     m2 += whole || (r < rows_here && c < cols) ? d * d : 0.0f;
                 }
-            const int wc = kWindowsPerTile * col_block + w;
+            const int wc = kV2Windows * col_block + w;
             if (co < f.cout && band < p.pool_h && wc < p.pool_w)
                 p.extremes[((static_cast<long long>(n) * f.cout + co) * p.pool_h + band) *
                                p.pool_w + wc] = pair_sign[j] * extreme;
-            // Chan et al. across the 8 windows of the channel (lanes xor 1, 2, 4).
+            // Chan et al. across the 4 windows of the channel (lanes xor 1, 2).
 #pragma unroll
-            for (int d = 1; d < kWindowsPerTile; d *= 2) {
+            for (int d = 1; d < kV2Windows; d *= 2) {
                 const float n_b = __shfl_xor_sync(0xffffffffu, count, d);
                 const float mean_b = __shfl_xor_sync(0xffffffffu, mean, d);
                 const float m2_b = __shfl_xor_sync(0xffffffffu, m2, d);
@@ -559,49 +578,51 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                 count = total;
             }
             if (w == 0) {
-                ch_count[co] = count;
-                ch_mean[co] = mean;
-                ch_m2[co] = m2;
+                my.ch_count[co] = count;
+                my.ch_mean[co] = mean;
+                my.ch_m2[co] = m2;
             }
         }
-        __syncthreads();
+        warpgroup_sync(warpgroup);
         // (6) Per group: its channels merged in order, written as the tile's statistics.
-        if (tid < p.groups) {
+        if (wtid < p.groups) {
             const int cpg = f.cout / p.groups;
             float count = 0.0f, mean = 0.0f, m2 = 0.0f;
-            for (int co = tid * cpg; co < (tid + 1) * cpg; ++co) {
-                const float total = count + ch_count[co];
+            for (int co = wtid * cpg; co < (wtid + 1) * cpg; ++co) {
+                const float total = count + my.ch_count[co];
                 if (total > 0.0f) {
-                    const float delta = ch_mean[co] - mean, share = ch_count[co] / total;
+                    const float delta = my.ch_mean[co] - mean, share = my.ch_count[co] / total;
                     mean += delta * share;
-                    m2 += ch_m2[co] + delta * delta * count * share;
+                    m2 += my.ch_m2[co] + delta * delta * count * share;
                 }
                 count = total;
             }
-            float* out = p.tile_stats + (static_cast<long long>(tile) * p.groups + tid) * 2;
+            float* out = p.tile_stats + (static_cast<long long>(tile) * p.groups + wtid) * 2;
             out[0] = mean;
             out[1] = m2;
         }
         // The staged tile and the channel statistics are rewritten only after the next
-        // tile's first barrier, which every thread reaches after finishing (5) and (6).
+        // tile's first barrier, which every thread of the warpgroup reaches after (5), (6).
     }
 #else
     __trap();  // built without sm_90a: the Python layer refuses these kernels there
 #endif
 }
 
-BandPixels band_pixels(const Conv2dGeometry& g) {
+BandPixels band_pixels(const Conv2dGeometry& g, int cols) {
     BandPixels b;
     const int bands = (g.out_h + kPool - 1) / kPool;
-    b.col_blocks = (g.out_w + kBandCols - 1) / kBandCols;
+    b.cols = cols;
+    b.col_blocks = (g.out_w + cols - 1) / cols;
     b.tiles_per_image = bands * b.col_blocks;
     b.by_tiles = FastDiv(static_cast<uint32_t>(b.tiles_per_image));
     b.by_col_blocks = FastDiv(static_cast<uint32_t>(b.col_blocks));
     return b;
 }
 
+// Room for the statistics of the narrower tiles (v2's), which v1's wider ones also fit in.
 long long stats_floats(int batch, const Conv2dGeometry& g, int groups) {
-    return static_cast<long long>(batch) * band_pixels(g).tiles_per_image * groups * 2;
+    return static_cast<long long>(batch) * band_pixels(g, kV2BandCols).tiles_per_image * groups * 2;
 }
 
 }  // namespace conv_gn_pool
@@ -623,7 +644,8 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
         out_channels % a.groups != 0 || g.out_h < kPool || g.out_w < kPool)
         return cudaErrorInvalidValue;  // the caller picks the three-stage chain for these
     const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
-    const BandPixels bands = band_pixels(g);
+    const BandPixels bands = band_pixels(g, kBandCols);
+    const BandPixels v2_bands = band_pixels(g, kV2BandCols);
     auto* stats = static_cast<float*>(workspace);
     float* extremes = stats + stats_floats(batch, g, a.groups);
     const Params params{a.conv_bias, a.gamma, a.scale, stats, extremes, a.groups, g.out_h / kPool,
@@ -633,8 +655,9 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
     if (rows > 0x7fffffffLL) return cudaErrorInvalidValue;
     const auto* p = static_cast<const uint8_t*>(packed);
     cudaError_t err = cudaSuccess;
+    BandPixels finalize_bands = bands;  // the tiles whose statistics the finalize merges
     const V2Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
-                        (kBandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
+                        (kV2BandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
                         g.kernel_h * g.kernel_w};
     if (g.channels <= 8 && layout.num_kb <= kV2MaxKBlocks &&
         shape.halo_h * shape.halo_w <= kHaloPixels) {
@@ -642,10 +665,12 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
         err = cudaFuncSetAttribute(conv_gn_pool_v2_kernel,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (err != cudaSuccess) return err;
-        const long long tiles = static_cast<long long>(batch) * bands.tiles_per_image;
-        const int ctas = static_cast<int>(tiles < tf32x3::sm_count() ? tiles : tf32x3::sm_count());
-        conv_gn_pool_v2_kernel<<<ctas, kV2Threads, smem, stream>>>(x, p, layout, params, f, bands,
-                                                                   shape);
+        const long long tiles = static_cast<long long>(batch) * v2_bands.tiles_per_image;
+        const long long pairs = (tiles + 1) / 2;  // a CTA's two warpgroups take a tile each
+        const int ctas = static_cast<int>(pairs < tf32x3::sm_count() ? pairs : tf32x3::sm_count());
+        conv_gn_pool_v2_kernel<<<ctas, kV2Threads, smem, stream>>>(x, p, layout, params, f,
+                                                                   v2_bands, shape);
+        finalize_bands = v2_bands;
         err = cudaGetLastError();
     } else {
         const StatsAndExtremes epilogue{params, f, bands};
@@ -659,7 +684,7 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
     }
     if (err != cudaSuccess) return err;
     finalize_kernel<<<batch * a.groups, kFinalizeThreads, 0, stream>>>(
-        stats, extremes, a.gamma, a.beta, a.scale, y, out_channels, a.groups, bands, g.out_h,
+        stats, extremes, a.gamma, a.beta, a.scale, y, out_channels, a.groups, finalize_bands, g.out_h,
         g.out_w, g.out_h / kPool, g.out_w / kPool, a.eps, a.lo, a.hi);
     return cudaGetLastError();
 }
