@@ -19,6 +19,12 @@
 //      the min of the conv values. (2) A finalize kernel, one block per (sample, group),
 //      merges the tiles' statistics in a fixed order (Chan's formula: deterministic, no
 //      atomics), then maps each window's extreme through the affine map and clamps.
+//   v2 the same two kernels and the same workspace, with a convolution kernel of its own for
+//      Cin <= 8 (P85's 8): the input halo of a tile staged and split once in shared memory
+//      instead of every im2col value gathered and split, one k-step a tap instead of the
+//      packing's padded 4-taps-a-k-step order, and two warpgroups on separate 4 x 16 tiles
+//      so that one's epilogue overlaps the other's wgmmas (see "v2" below).
+//      conv_gn_pool_launch runs v2 where it covers the shape, v1 elsewhere.
 //   Memory traffic (P85 at batch 128): the input once (67 MB, plus cache re-reads), the
 //   extremes written and read once (16 MB each), the output (32 MB), the statistics (1 MB).
 #include "conv_implicit.cuh"
