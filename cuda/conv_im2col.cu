@@ -23,6 +23,7 @@ namespace scratchops {
 namespace {
 
 constexpr int kIm2colThreads = 256;
+constexpr int kConvIm2colVersion = 2;  // conv2d's im2col path uses the row version
 
 // Tap k of the K = C*kernel_h*kernel_w rows of one image's columns, as F.unfold orders them:
 // k = (c * kernel_h + kh) * kernel_w + kw.
@@ -40,8 +41,10 @@ __device__ __forceinline__ Tap decode_tap(int k, const Conv2dGeometry& g) {
 // iw = ow*stride_w - pad_w + kw*dil_w, or 0 when (ih, iw) falls in the zero padding.
 __global__ void im2col_kernel(const float* __restrict__ x, float* __restrict__ cols, int total,
                               Conv2dGeometry g, int pixel_begin, int pixel_count) {
-    const int e = blockIdx.x * kIm2colThreads + threadIdx.x;
-    if (e >= total) return;
+    // Unsigned: the last block may pass 2^31 - 1 when total is close to it.
+    const unsigned index = blockIdx.x * kIm2colThreads + threadIdx.x;
+    if (index >= static_cast<unsigned>(total)) return;
+    const int e = static_cast<int>(index);
     const int taps = g.channels * g.kernel_h * g.kernel_w;  // K
     const int q = e % pixel_count;
     const int bk = e / pixel_count;
@@ -147,14 +150,13 @@ cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const floa
                                  cudaStream_t stream) {
     const long long taps = static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w;
     const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
-    if (batch <= 0 || out_channels <= 0 || pixels <= 0) return cudaSuccess;
     const Chunking c = chunking(batch, g, workspace_floats);
     const long long image_floats = static_cast<long long>(g.channels) * g.height * g.width;
     for (long long n0 = 0; n0 < batch; n0 += c.images) {
         const long long images = batch - n0 < c.images ? batch - n0 : c.images;
         for (long long p0 = 0; p0 < pixels; p0 += c.pixels) {
             const long long count = pixels - p0 < c.pixels ? pixels - p0 : c.pixels;
-            cudaError_t err = im2col_launch(kIm2colDefaultVersion, x + n0 * image_floats,
+            cudaError_t err = im2col_launch(kConvIm2colVersion, x + n0 * image_floats,
                                             workspace, static_cast<int>(images), g,
                                             static_cast<int>(p0), static_cast<int>(count), stream);
             if (err != cudaSuccess) return err;
@@ -174,12 +176,14 @@ cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const floa
 cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,
                           cudaStream_t stream) {
-    if (version < 1 || version > kIm2colNumVersions) return cudaErrorInvalidValue;
-    const long long total = cols_elements(batch, g, pixel_count);
-    if (total <= 0) return cudaSuccess;
-    if (total > 0x7fffffffLL) return cudaErrorInvalidValue;
-    return version == 1 ? launch_v1_per_element(x, cols, batch, g, pixel_begin, pixel_count, stream)
-                        : launch_v2_rows(x, cols, batch, g, pixel_begin, pixel_count, stream);
+    // Kept although the binding checks its output's size: conv2d_im2col_launch's chunks are
+    // sized by a caller's workspace budget, which may allow more than 2^31 floats.
+    if (cols_elements(batch, g, pixel_count) > 0x7fffffffLL) return cudaErrorInvalidValue;
+    switch (version) {
+        case 1: return launch_v1_per_element(x, cols, batch, g, pixel_begin, pixel_count, stream);
+        case 2: return launch_v2_rows(x, cols, batch, g, pixel_begin, pixel_count, stream);
+        default: return cudaErrorInvalidValue;
+    }
 }
 
 }  // namespace scratchops

@@ -466,7 +466,6 @@ cudaError_t gemm_tf32x3_launch(const float* A, const float* B, const float* bias
                                long long stride_b, long long stride_c, int batch,
                                void* workspace, long long workspace_bytes, cudaStream_t stream) {
     using namespace gemm_v5;
-    if (M <= 0 || N <= 0 || batch <= 0) return cudaSuccess;  // nothing to write
     const bool b_shared = stride_b == 0;
     // Batch entries per launch: all of them, or (a batched B) as many as the workspace holds.
     const long long per_entry = tc_layout(N, K, 1).tiles_bytes();
@@ -498,8 +497,6 @@ cudaError_t gemm_tf32x3_launch(const float* A, const float* B, const float* bias
 cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
                         int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,
                         long long stride_b, long long stride_c, int batch, cudaStream_t stream) {
-    if (version < 1 || version > kGemmNumVersions) return cudaErrorInvalidValue;
-    if (M <= 0 || N <= 0 || batch <= 0) return cudaSuccess;  // nothing to write
     // v3 picks a 64-row tile only for M <= 64, where one launch covers every row anyway,
     // so the 128-row bound of max_rows_per_launch is safe for it.
     const int rows_per_launch = max_rows_per_launch(version);
@@ -520,10 +517,13 @@ cudaError_t gemm_launch(int version, const float* A, const float* B, const float
             a.stride_b = stride_b;
             a.stride_c = stride_c;
             a.batch = batch - b0 < kMaxGridYZ ? batch - b0 : kMaxGridYZ;
-            cudaError_t err = version == 1   ? launch_v1_naive(a, stream)
-                              : version == 2 ? launch_v2_shared_tiles(a, stream)
-                              : version == 3 ? launch_v3_register_tiles(a, stream)
-                                             : launch_v4_pipelined(a, stream);
+            cudaError_t err = cudaErrorInvalidValue;  // an unknown version
+            switch (version) {
+                case 1: err = launch_v1_naive(a, stream); break;
+                case 2: err = launch_v2_shared_tiles(a, stream); break;
+                case 3: err = launch_v3_register_tiles(a, stream); break;
+                case 4: err = launch_v4_pipelined(a, stream); break;
+            }
             if (err != cudaSuccess) return err;
         }
     }

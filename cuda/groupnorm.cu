@@ -121,8 +121,6 @@ struct GroupNormApply {
 cudaError_t group_norm_launch(const float* x, float* y, const float* gamma, const float* beta,
                               const float* scale, float* stats, int batch, int channels,
                               int plane_size, int groups, float eps, cudaStream_t stream) {
-    if (batch <= 0 || channels <= 0 || plane_size <= 0) return cudaSuccess;
-    if (groups <= 0 || channels % groups != 0) return cudaErrorInvalidValue;
     const int channels_per_group = channels / groups;
     const int group_size = channels_per_group * plane_size;
     const bool vectorized = group_size % 4 == 0 && aligned16(x);

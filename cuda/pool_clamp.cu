@@ -32,8 +32,10 @@ __device__ __forceinline__ float clamp_nan(float v, float lo, float hi) {
 // plane = e / (out_h * out_w) = n * C + c, whose input plane starts at plane * H * W.
 __global__ void max_pool2d_clamp_kernel(const float* __restrict__ x, float* __restrict__ y,
                                         int total, PoolGeometry g, float lo, float hi) {
-    const int e = blockIdx.x * kThreads + threadIdx.x;
-    if (e >= total) return;
+    // Unsigned: the last block may pass 2^31 - 1 when total is close to it.
+    const unsigned index = blockIdx.x * kThreads + threadIdx.x;
+    if (index >= static_cast<unsigned>(total)) return;
+    const int e = static_cast<int>(index);
     const int ow = e % g.out_w;
     const int oh = (e / g.out_w) % g.out_h;
     const int plane = e / (g.out_w * g.out_h);
@@ -53,12 +55,13 @@ __global__ void max_pool2d_clamp_kernel(const float* __restrict__ x, float* __re
 
 __global__ void clamp_kernel(const float* __restrict__ x, float* __restrict__ y, int n,
                              bool vectorized, float lo, float hi) {
-    const int t = blockIdx.x * kThreads + threadIdx.x;
+    // Unsigned: the last block may pass 2^31 - 1 when n is close to it.
+    const unsigned t = blockIdx.x * kThreads + threadIdx.x;
     if (!vectorized) {
-        if (t < n) y[t] = clamp_nan(x[t], lo, hi);
+        if (t < static_cast<unsigned>(n)) y[t] = clamp_nan(x[t], lo, hi);
         return;
     }
-    const int n4 = n / 4;
+    const unsigned n4 = n / 4;
     if (t < n4) {
         float4 v = reinterpret_cast<const float4*>(x)[t];
         v.x = clamp_nan(v.x, lo, hi);
@@ -67,28 +70,24 @@ __global__ void clamp_kernel(const float* __restrict__ x, float* __restrict__ y,
         v.w = clamp_nan(v.w, lo, hi);
         reinterpret_cast<float4*>(y)[t] = v;
     }
-    if (t < n - 4 * n4) y[4 * n4 + t] = clamp_nan(x[4 * n4 + t], lo, hi);  // the tail
+    if (t < n % 4u) y[4 * n4 + t] = clamp_nan(x[4 * n4 + t], lo, hi);  // the tail
 }
 
 }  // namespace
 
 cudaError_t max_pool2d_clamp_launch(const float* x, float* y, int planes, const PoolGeometry& g,
                                     float lo, float hi, cudaStream_t stream) {
-    const long long total = static_cast<long long>(planes) * g.out_h * g.out_w;
-    if (total <= 0) return cudaSuccess;
-    if (total > 0x7fffffffLL) return cudaErrorInvalidValue;
-    const int blocks = static_cast<int>((total + kThreads - 1) / kThreads);
-    max_pool2d_clamp_kernel<<<blocks, kThreads, 0, stream>>>(x, y, static_cast<int>(total), g,
-                                                             lo, hi);
+    const int total = planes * g.out_h * g.out_w;  // the elements of y, < 2^31
+    max_pool2d_clamp_kernel<<<(total - 1) / kThreads + 1, kThreads, 0, stream>>>(
+        x, y, total, g, lo, hi);
     return cudaGetLastError();
 }
 
 cudaError_t clamp_launch(const float* x, float* y, int n, float lo, float hi,
                          cudaStream_t stream) {
-    if (n <= 0) return cudaSuccess;
     const bool vectorized = aligned16(x) && aligned16(y);
     const int threads_needed = vectorized ? (n / 4 > n % 4 ? n / 4 : n % 4) : n;
-    const int blocks = (threads_needed + kThreads - 1) / kThreads;
+    const int blocks = (threads_needed - 1) / kThreads + 1;  // (n + kThreads - 1 may overflow)
     clamp_kernel<<<blocks, kThreads, 0, stream>>>(x, y, n, vectorized, lo, hi);
     return cudaGetLastError();
 }
