@@ -125,9 +125,11 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
 // y = group_norm(x) over an (batch, channels, plane_size) tensor with `groups` groups
 // (channels % groups == 0), then times scale[c]. gamma, beta, scale may each be nullptr
 // (1, 0, 1). stats is a workspace of 2 * batch * groups floats (mean, 1/std per group).
-cudaError_t group_norm_launch(const float* x, float* y, const float* gamma, const float* beta,
-                              const float* scale, float* stats, int batch, int channels,
-                              int plane_size, int groups, float eps, cudaStream_t stream);
+// version: 1 = two-pass statistics, 2 = Welford (see groupnorm.cu).
+cudaError_t group_norm_launch(int version, const float* x, float* y, const float* gamma,
+                              const float* beta, const float* scale, float* stats, int batch,
+                              int channels, int plane_size, int groups, float eps,
+                              cudaStream_t stream);
 
 // ---------------------------------------------------------------- channelwise.cu
 // Over an (batch, channels, plane_size) tensor: y = x * scale[c].

@@ -26,7 +26,8 @@ import torch
 from ._checks import (GEOMETRY_MAX, as_float, as_int, as_pair, check_choice,
                       check_cuda, check_output_size, check_per_channel, check_positive_int,
                       check_tensor, window_output_hw)
-from .versions import CONV2D_ALGORITHMS, GEMM_VERSIONS, IM2COL_GEMM_VERSIONS, IM2COL_VERSIONS
+from .versions import (CONV2D_ALGORITHMS, GEMM_VERSIONS, GROUP_NORM_VERSIONS,
+                       IM2COL_GEMM_VERSIONS, IM2COL_VERSIONS)
 
 __all__ = ["check_cuda", "check_tensor"]  # (re-exported for scratchops.ops)
 
@@ -224,13 +225,14 @@ def group_norm_params(x_shape, num_groups, weight, bias, scale, eps) -> tuple[in
     return num_groups, eps
 
 
-def group_norm_args(x, num_groups, weight, bias, scale, eps, *, needs_scale=False):
+def group_norm_args(x, num_groups, weight, bias, scale, eps, version, *, needs_scale=False):
     """needs_scale: group_norm_scale's call, where the scale is not optional."""
     if needs_scale and scale is None:
         raise ValueError("group_norm_scale needs a scale tensor; use group_norm without one")
     check_tensor(x, "input", range(2, 9))
     num_groups, eps = group_norm_params(x.shape, num_groups, weight, bias, scale, eps)
-    return (x, num_groups, weight, bias, scale, eps), tuple(x.shape)
+    version = check_choice(version, "version", GROUP_NORM_VERSIONS)
+    return (x, num_groups, weight, bias, scale, eps, version), tuple(x.shape)
 
 
 def scale_args(x, scale):

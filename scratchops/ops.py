@@ -12,7 +12,8 @@ from __future__ import annotations
 from . import _validate
 from ._library import OPS
 from .versions import (DEFAULT_CONV2D_ALGORITHM, DEFAULT_CONV_WORKSPACE_BYTES,
-                       DEFAULT_GEMM_VERSION, DEFAULT_IM2COL_GEMM_VERSION, DEFAULT_IM2COL_VERSION)
+                       DEFAULT_GEMM_VERSION, DEFAULT_GROUP_NORM_VERSION,
+                       DEFAULT_IM2COL_GEMM_VERSION, DEFAULT_IM2COL_VERSION)
 
 
 def _batched(x, name: str):
@@ -107,20 +108,22 @@ def conv2d_group_norm_pool_clamp(input, weight, conv_bias, num_groups, gn_weight
     return _unbatched(OPS.conv2d_group_norm_pool_clamp(*args), unbatched)
 
 
-def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, *,
+               version: int = DEFAULT_GROUP_NORM_VERSION):
     """Group normalisation of an (N, C, *) tensor, as F.group_norm (per-sample statistics).
 
-    weight and bias: (C,) or None.
+    weight and bias: (C,) or None. `version` picks the kernel (GROUP_NORM_VERSIONS).
     """
-    args, _ = _validate.group_norm_args(input, num_groups, weight, bias, None, eps)
+    args, _ = _validate.group_norm_args(input, num_groups, weight, bias, None, eps, version)
     _validate.check_cuda(input=input, weight=weight, bias=bias)
     return OPS.group_norm(*args)
 
 
-def group_norm_scale(input, num_groups, weight, bias, scale, eps=1e-5):
+def group_norm_scale(input, num_groups, weight, bias, scale, eps=1e-5, *,
+                     version: int = DEFAULT_GROUP_NORM_VERSION):
     """group_norm(input, num_groups, weight, bias, eps) * scale in one pass over the data
     after the statistics (P85's GroupNorm followed by its per-channel scale)."""
-    args, _ = _validate.group_norm_args(input, num_groups, weight, bias, scale, eps,
+    args, _ = _validate.group_norm_args(input, num_groups, weight, bias, scale, eps, version,
                                         needs_scale=True)
     _validate.check_cuda(input=input, weight=weight, bias=bias, scale=scale)
     return OPS.group_norm(*args)

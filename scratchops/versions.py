@@ -13,6 +13,9 @@ DEFAULT_IM2COL_GEMM_VERSION = 4
 # im2col versions (cuda/conv_im2col.cu); conv2d's im2col path uses v2.
 IM2COL_VERSIONS = {1: "per_element", 2: "per_row"}
 DEFAULT_IM2COL_VERSION = 2
+# group norm versions (cuda/groupnorm.cu): how the statistics are computed.
+GROUP_NORM_VERSIONS = {1: "two_pass", 2: "welford"}
+DEFAULT_GROUP_NORM_VERSION = 2
 # conv2d algorithms: the name a caller passes, the number the operator takes.
 CONV2D_ALGORITHMS = {"im2col_gemm": 0, "implicit_gemm": 1}
 DEFAULT_CONV2D_ALGORITHM = "implicit_gemm"

@@ -63,13 +63,15 @@ def main():
     for version in scratchops.IM2COL_VERSIONS:
         check(f"im2col v{version}", scratchops.im2col(x, (3, 2), 1, 1, 2, version=version),
               F.unfold(x, (3, 2), 1, 1, 2))
-    for shape, groups in [((2, 6, 5, 7), 3), ((2, 8, 4, 4), 4), ((3, 4), 2)]:
-        x, g, b = r(*shape), r(shape[1]), r(shape[1])
-        check(f"group_norm {shape}", scratchops.group_norm(x, groups, g, b),
-              F.group_norm(x, groups, g, b))
-        s = r(shape[1])
-        check(f"group_norm_scale {shape}", scratchops.group_norm_scale(x, groups, g, b, s),
-              F.group_norm(x, groups, g, b) * s.reshape(shape[1], *([1] * (len(shape) - 2))))
+    for version in scratchops.GROUP_NORM_VERSIONS:
+        for shape, groups in [((2, 6, 5, 7), 3), ((2, 8, 4, 4), 4), ((3, 4), 2)]:
+            x, g, b, s = r(*shape), r(shape[1]), r(shape[1]), r(shape[1])
+            check(f"group_norm v{version} {shape}",
+                  scratchops.group_norm(x, groups, g, b, version=version),
+                  F.group_norm(x, groups, g, b))
+            check(f"group_norm_scale v{version} {shape}",
+                  scratchops.group_norm_scale(x, groups, g, b, s, version=version),
+                  F.group_norm(x, groups, g, b) * s.reshape(shape[1], *([1] * (len(shape) - 2))))
     x, s = r(2, 5, 7, 9), r(5, 1, 1)
     check("scale", scratchops.scale(x, s), x * s)
     check("min_add_mul", scratchops.min_add_mul(x, 0.5, s, 2.0), (torch.clamp_max(x, 0.5) + s) * 2)

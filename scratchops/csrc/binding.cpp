@@ -266,7 +266,8 @@ Planes planes(const Tensor& x) {
 }
 
 Tensor group_norm_cuda(const Tensor& x, int64_t num_groups, const OptTensor& weight,
-                       const OptTensor& bias, const OptTensor& scale, double eps) {
+                       const OptTensor& bias, const OptTensor& scale, double eps,
+                       int64_t version) {
     const Planes p = planes(x);
     // Channel c of sample n reads the statistics of group n * groups + c / (C / groups).
     TORCH_CHECK(num_groups > 0 && p.channels % num_groups == 0,
@@ -276,8 +277,8 @@ Tensor group_norm_cuda(const Tensor& x, int64_t num_groups, const OptTensor& wei
     const float* s = optional_vector(scale, x, "scale", p.channels);
     return launch_into(x, x.sizes(), "group_norm", [&](float* y, cudaStream_t stream) {
         Tensor stats = at::empty({2 * p.batch * num_groups}, x.options());  // mean, 1/std
-        return group_norm_launch(p.x, y, gamma, beta, s, stats.data_ptr<float>(), p.batch,
-                                 p.channels, p.size, i32(num_groups), f32(eps), stream);
+        return group_norm_launch(i32(version), p.x, y, gamma, beta, s, stats.data_ptr<float>(),
+                                 p.batch, p.channels, p.size, i32(num_groups), f32(eps), stream);
     });
 }
 
@@ -337,7 +338,7 @@ TORCH_LIBRARY(scratchops_cuda, m) {
           "int num_groups, Tensor? gn_weight, Tensor? gn_bias, Tensor? scale, float eps, "
           "float min, float max, Tensor? packed_weight) -> Tensor");
     m.def("group_norm(Tensor input, int num_groups, Tensor? weight, Tensor? bias, "
-          "Tensor? scale, float eps) -> Tensor");
+          "Tensor? scale, float eps, int version) -> Tensor");
     m.def("scale(Tensor input, Tensor scale) -> Tensor");
     m.def("min_add_mul(Tensor input, float constant, Tensor bias, float factor) -> Tensor");
     m.def("max_pool2d_clamp(Tensor input, int[2] kernel_size, int[2] stride, int[2] padding, "
