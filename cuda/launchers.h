@@ -149,9 +149,11 @@ struct PoolGeometry {
     int out_h, out_w;
 };
 // y = clamp(max_pool2d(x), lo, hi) over `planes` = N*C planes; lo = -inf, hi = +inf for a
-// plain max pool.
-cudaError_t max_pool2d_clamp_launch(const float* x, float* y, int planes, const PoolGeometry& g,
-                                    float lo, float hi, cudaStream_t stream);
+// plain max pool. version: 1 = a grid shaped like the output, 2 = a flat grid (see
+// pool_clamp.cu).
+cudaError_t max_pool2d_clamp_launch(int version, const float* x, float* y, int planes,
+                                    const PoolGeometry& g, float lo, float hi,
+                                    cudaStream_t stream);
 // y = min(max(x, lo), hi) over n contiguous elements.
 cudaError_t clamp_launch(const float* x, float* y, int n, float lo, float hi,
                          cudaStream_t stream);

@@ -27,7 +27,7 @@ from ._checks import (GEOMETRY_MAX, as_float, as_int, as_pair, check_choice,
                       check_cuda, check_output_size, check_per_channel, check_positive_int,
                       check_tensor, window_output_hw)
 from .versions import (CONV2D_ALGORITHMS, GEMM_VERSIONS, GROUP_NORM_VERSIONS,
-                       IM2COL_GEMM_VERSIONS, IM2COL_VERSIONS)
+                       IM2COL_GEMM_VERSIONS, IM2COL_VERSIONS, MAX_POOL2D_VERSIONS)
 
 __all__ = ["check_cuda", "check_tensor"]  # (re-exported for scratchops.ops)
 
@@ -249,7 +249,7 @@ def min_add_mul_args(x, constant, bias, factor):
     return (x, constant, bias, factor), tuple(x.shape)
 
 
-def max_pool2d_clamp_args(x, kernel_size, stride, padding, min, max, *, dilation=1,
+def max_pool2d_clamp_args(x, kernel_size, stride, padding, min, max, version, *, dilation=1,
                           ceil_mode=False, return_indices=False):
     """dilation, ceil_mode and return_indices: F.max_pool2d's, accepted at their defaults."""
     if return_indices:
@@ -270,8 +270,9 @@ def max_pool2d_clamp_args(x, kernel_size, stride, padding, min, max, *, dilation
     out_h, out_w = window_output_hw(x, kernel_size, stride, padding, (1, 1), "max_pool2d")
     shape = (x.shape[0], x.shape[1], out_h, out_w)
     check_output_size(shape, "the max_pool2d output")
+    version = check_choice(version, "version", MAX_POOL2D_VERSIONS)
     args = (x, list(kernel_size), list(stride), list(padding), as_float(min, "min"),
-            as_float(max, "max"))
+            as_float(max, "max"), version)
     return args, shape
 
 

@@ -13,7 +13,8 @@ from . import _validate
 from ._library import OPS
 from .versions import (DEFAULT_CONV2D_ALGORITHM, DEFAULT_CONV_WORKSPACE_BYTES,
                        DEFAULT_GEMM_VERSION, DEFAULT_GROUP_NORM_VERSION,
-                       DEFAULT_IM2COL_GEMM_VERSION, DEFAULT_IM2COL_VERSION)
+                       DEFAULT_IM2COL_GEMM_VERSION, DEFAULT_IM2COL_VERSION,
+                       DEFAULT_MAX_POOL2D_VERSION)
 
 
 def _batched(x, name: str):
@@ -136,20 +137,21 @@ def scale(input, scale):
     return OPS.scale(*args)
 
 
-def _max_pool2d_clamp(input, kernel_size, stride, padding, lo, hi, **torch_defaults):
+def _max_pool2d_clamp(input, kernel_size, stride, padding, lo, hi, version, **torch_defaults):
     x, unbatched = _batched(input, "input")
-    args, _ = _validate.max_pool2d_clamp_args(x, kernel_size, stride, padding, lo, hi,
+    args, _ = _validate.max_pool2d_clamp_args(x, kernel_size, stride, padding, lo, hi, version,
                                               **torch_defaults)
     _validate.check_cuda(input=x)
     return _unbatched(OPS.max_pool2d_clamp(*args), unbatched)
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+               return_indices=False, *, version: int = DEFAULT_MAX_POOL2D_VERSION):
     """2-D max pooling of (N, C, H, W) or (C, H, W), as F.max_pool2d (floor mode, -inf
-    padding, NaN propagating). dilation, ceil_mode and return_indices keep their defaults."""
+    padding, NaN propagating). dilation, ceil_mode and return_indices keep their defaults.
+    `version` picks the kernel (MAX_POOL2D_VERSIONS)."""
     return _max_pool2d_clamp(input, kernel_size, stride, padding, float("-inf"), float("inf"),
-                             dilation=dilation, ceil_mode=ceil_mode,
+                             version, dilation=dilation, ceil_mode=ceil_mode,
                              return_indices=return_indices)
 
 
@@ -161,10 +163,12 @@ def clamp(input, min=None, max=None):
     return OPS.clamp(*args)
 
 
-def max_pool2d_clamp(input, kernel_size, stride=None, padding=0, min=None, max=None):
-    """clamp(max_pool2d(input, kernel_size, stride, padding), min, max) in one kernel."""
+def max_pool2d_clamp(input, kernel_size, stride=None, padding=0, min=None, max=None, *,
+                     version: int = DEFAULT_MAX_POOL2D_VERSION):
+    """clamp(max_pool2d(input, kernel_size, stride, padding), min, max) in one kernel
+    (`version`: MAX_POOL2D_VERSIONS)."""
     lo, hi = _validate.clamp_bounds(min, max)
-    return _max_pool2d_clamp(input, kernel_size, stride, padding, lo, hi)
+    return _max_pool2d_clamp(input, kernel_size, stride, padding, lo, hi, version)
 
 
 def min_add_mul(input, constant, bias, factor):

@@ -16,6 +16,10 @@ DEFAULT_IM2COL_VERSION = 2
 # group norm versions (cuda/groupnorm.cu): how the statistics are computed.
 GROUP_NORM_VERSIONS = {1: "two_pass", 2: "welford"}
 DEFAULT_GROUP_NORM_VERSION = 2
+# max pool versions (cuda/pool_clamp.cu), of max_pool2d and max_pool2d_clamp: how threads map
+# onto the output.
+MAX_POOL2D_VERSIONS = {1: "output_grid", 2: "flat"}
+DEFAULT_MAX_POOL2D_VERSION = 2
 # conv2d algorithms: the name a caller passes, the number the operator takes.
 CONV2D_ALGORITHMS = {"im2col_gemm": 0, "implicit_gemm": 1}
 DEFAULT_CONV2D_ALGORITHM = "implicit_gemm"

@@ -247,7 +247,7 @@ def _activation_shapes(channels: int, quick: bool) -> list[tuple[int, ...]]:
 def p85_workloads(kernel: str, quick: bool) -> list[Workload]:
     """The P85 epilogue ops, on activations shaped like P85's convolution output."""
     groups, pool, (lo, hi), eps = P85_GROUPS, P85_POOL, P85_CLAMP, GROUP_NORM_EPS
-    gn_versions = scratchops.GROUP_NORM_VERSIONS
+    gn_versions, pool_versions = scratchops.GROUP_NORM_VERSIONS, scratchops.MAX_POOL2D_VERSIONS
     # kernel -> (its parameters, torch's version, ours, ours' version table or None)
     ops = {
         "group_norm": (
@@ -262,12 +262,13 @@ def p85_workloads(kernel: str, quick: bool) -> list[Workload]:
             lambda x, weight, bias, s, version: scratchops.group_norm_scale(
                 x, groups, weight, bias, s, eps=eps, version=version), gn_versions),
         "max_pool2d": ((), lambda x: F.max_pool2d(x, pool),
-                       lambda x: scratchops.max_pool2d(x, pool), None),
+                       lambda x, version: scratchops.max_pool2d(x, pool, version=version),
+                       pool_versions),
         "clamp": ((), lambda x: torch.clamp(x, lo, hi), lambda x: scratchops.clamp(x, lo, hi),
                   None),
         "max_pool2d_clamp": ((), lambda x: torch.clamp(F.max_pool2d(x, pool), lo, hi),
-                             lambda x: scratchops.max_pool2d_clamp(x, pool, min=lo, max=hi),
-                             None),
+                             lambda x, version: scratchops.max_pool2d_clamp(
+                                 x, pool, min=lo, max=hi, version=version), pool_versions),
     }
     names, reference, ours, table = ops[kernel]
     note = f"k{pool}" if "pool" in kernel else ""

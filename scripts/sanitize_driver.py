@@ -79,9 +79,12 @@ def main():
         x = r(*shape)
         check(f"clamp {shape}", scratchops.clamp(x, -0.2, 0.3), torch.clamp(x, -0.2, 0.3))
     x = r(2, 3, 11, 10)
-    check("max_pool2d", scratchops.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 3, 2, 1))
-    check("max_pool2d_clamp", scratchops.max_pool2d_clamp(x, 4, None, 0, 0.0, 1.0),
-          torch.clamp(F.max_pool2d(x, 4), 0.0, 1.0))
+    for version in scratchops.MAX_POOL2D_VERSIONS:
+        check(f"max_pool2d v{version}", scratchops.max_pool2d(x, 3, 2, 1, version=version),
+              F.max_pool2d(x, 3, 2, 1))
+        check(f"max_pool2d_clamp v{version}",
+              scratchops.max_pool2d_clamp(x, 4, None, 0, 0.0, 1.0, version=version),
+              torch.clamp(F.max_pool2d(x, 4), 0.0, 1.0))
     for name, module in PROBLEMS.items():
         x = torch.rand(2, *module.get_inputs()[0].shape[1:2], 20, 19, device="cuda")
         for label in module.VARIANTS:

@@ -301,7 +301,7 @@ Tensor min_add_mul_cuda(const Tensor& x, double constant, const Tensor& bias, do
 
 // --------------------------------------------------------------------- pooling and clamp
 Tensor max_pool2d_clamp_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride,
-                             IntArrayRef padding, double min, double max) {
+                             IntArrayRef padding, double min, double max, int64_t version) {
     check_tensor(x, "input", 4, 4);
     const int64_t one[] = {1, 1};
     const Conv2dGeometry w = window(x, kernel_size, stride, padding, one);
@@ -309,8 +309,8 @@ Tensor max_pool2d_clamp_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayR
                          w.stride_w, w.pad_h, w.pad_w, w.out_h, w.out_w};
     return launch_into(x, {x.size(0), x.size(1), g.out_h, g.out_w}, "max_pool2d_clamp",
                        [&](float* y, cudaStream_t s) {
-        return max_pool2d_clamp_launch(x.data_ptr<float>(), y, i32(x.size(0) * x.size(1)), g,
-                                       f32(min), f32(max), s);
+        return max_pool2d_clamp_launch(i32(version), x.data_ptr<float>(), y,
+                                       i32(x.size(0) * x.size(1)), g, f32(min), f32(max), s);
     });
 }
 
@@ -342,7 +342,7 @@ TORCH_LIBRARY(scratchops_cuda, m) {
     m.def("scale(Tensor input, Tensor scale) -> Tensor");
     m.def("min_add_mul(Tensor input, float constant, Tensor bias, float factor) -> Tensor");
     m.def("max_pool2d_clamp(Tensor input, int[2] kernel_size, int[2] stride, int[2] padding, "
-          "float min, float max) -> Tensor");
+          "float min, float max, int version) -> Tensor");
     m.def("clamp(Tensor input, float min, float max) -> Tensor");
 }
 
