@@ -5,17 +5,21 @@
 // builds cols; gemm.cu multiplies. conv2d_im2col_launch runs the two over chunks of the batch
 // (or of one image's pixels) so that cols stays inside a bounded workspace.
 //
-// Versions:
-//   v1 one thread per element of cols, in cols' own order, so the stores (the larger side:
+// Versions, one idea each:
+//   v1 per_element  one thread per element of cols, its position decoded from its index
+//   v2 per_row      (default) one block per row of cols, decoded once; pixels walked by a step
+//
+// How each works:
+//   v1 One thread per element of cols, in cols' own order, so the stores (the larger side:
 //      every input element is written kh*kw times) are fully coalesced; the loads of a
 //      warp walk one input row at the convolution's stride and mostly hit in L1/L2. Each
 //      element decodes (b, c, kh, kw, oh, ow) from its index: six integer divisions by
 //      run-time values, about 150 integer instructions per 4-byte store, so v1 is bound by
-//      index arithmetic (615 GB/s, 15% of the copy rate on an H200 for P31's columns).
-//   v2 one block per row (b, k) of cols: the block decodes (b, c, kh, kw) once, and each
+//      index arithmetic (docs/notes.md has the measured rate).
+//   v2 One block per row (b, k) of cols: the block decodes (b, c, kh, kw) once, and each
 //      thread walks its output pixels with (oh, ow) advanced by a precomputed step instead
 //      of divided out per element, leaving a multiply-add, a bounds test, a load and a
-//      store per element. Same access pattern as v1.
+//      store per element. Same access pattern as v1. conv2d's im2col path uses v2.
 
 #include "launchers.h"
 

@@ -6,15 +6,19 @@
 // of sample n, which are contiguous in NCHW memory. Statistics are per sample, never across
 // the batch.
 //
-// Versions (they differ in the statistics; both then apply them the same way):
-//   v1 two-pass  One block per (n, g) reads its group to sum it: the mean. A second read sums
+// Versions, one idea each (they differ in the statistics, then apply them the same way):
+//   v1 two_pass  the mean in one read of the group, the variance of the deviations in another
+//   v2 welford   (default) mean and variance together in one read (Welford's update)
+//
+// How each works:
+//   v1 two_pass  One block per (n, g) reads its group to sum it: the mean. A second read sums
 //                the squared deviations from that mean: the variance, computed without the
 //                cancellation of E[x^2] - E[x]^2, which loses the variance's digits in fp32
 //                when |mean| >> std. The same read sums the deviations themselves, 0 in exact
 //                arithmetic; what they sum to instead is the mean's rounding error, which
 //                corrects the mean and the variance (the corrected two-pass algorithm of
 //                Chan, Golub and LeVeque). x is read three times: mean, variance, apply.
-//   v2 Welford   (default) Mean and variance in one read: each thread keeps a Welford state
+//   v2 welford   Mean and variance in one read: each thread keeps a Welford state
 //                (count, mean, M2) over its elements, also free of that cancellation; the
 //                states are merged with Chan's formula across the warp (shuffles) and then
 //                across the warps (shared memory). float4 loads when aligned. x is read

@@ -8,22 +8,27 @@
 //       (so lo > hi gives hi everywhere).
 // NaN propagates as in torch: a window holding a NaN gives NaN, and clamp(NaN) is NaN.
 //
-// Versions of the max pool (both: one thread per output element, the same window loop; they
-// differ in how threads map onto the output):
-//   v1 output grid  The grid has the output's shape: x along a row, y down the rows, z over
+// Versions of the max pool, one idea each (both give each thread one output and share the
+// window loop; they differ in how threads map onto the output):
+//   v1 output_grid  a thread grid shaped like the output: (column, row, plane) = (x, y, z)
+//   v2 flat         (default) a 1-D grid over the output in memory order, position decoded
+// clamp has one version: one thread per float4.
+//
+// How each works:
+//   v1 output_grid  The grid has the output's shape: x along a row, y down the rows, z over
 //                   the (n, c) planes, in 16 x 16 blocks. Nothing to decode, but a warp covers
 //                   two half-rows (two store segments, not one), the threads past a row's end
 //                   idle when the output width is not a multiple of 16 (P85's pooled rows are
 //                   31 wide), and gridDim.y and gridDim.z stop at 65535, so rows and planes
 //                   are walked with grid-stride loops.
-//   v2 flat         (default) A 1-D grid over the output in NCHW order: a warp's 32 stores are
+//   v2 flat         A 1-D grid over the output in NCHW order: a warp's 32 stores are
 //                   one contiguous run whatever the width, only the last block has idle
 //                   threads and no grid limit applies; the price is decoding (n*C + c, oh, ow)
 //                   from the index with a division and two remainders. A warp's loads walk a
 //                   few input rows at the pool's stride (cache lines reused across the
 //                   kernel_w taps through L1).
-// clamp (one version): one thread per float4 (16-byte loads and stores when the pointers are
-// aligned), the last n % 4 elements by the first threads.
+//   clamp           One thread per float4 (16-byte loads and stores when the pointers are
+//                   aligned), the last n % 4 elements by the first threads.
 
 #include <math.h>
 

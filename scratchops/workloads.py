@@ -24,10 +24,10 @@ KERNELS = ("gemm", "im2col", "conv2d", "conv2d_min_add_mul", "conv2d_group_norm_
            *MEMORY_BOUND[1:])
 
 QUICK_REPEATS = 5
-# The naive GEMM (one thread per output, every operand from global memory; a few TFLOP/s)
-# is timed only up to this many FLOP, which keeps each of its rows to about a second: every
-# square GEMM and the batch-8 problem shapes run, the full-size P31 convolution (3e11 FLOP)
-# gets a skipped row instead.
+# The naive GEMM (one thread per output, every operand from global memory: the slowest
+# version by far, docs/notes.md) is timed only up to this many FLOP, so that its rows do not
+# dominate the sweep: every square GEMM and the batch-8 problem shapes run, the full-size P31
+# convolution (3e11 FLOP) gets a skipped row instead.
 NAIVE_GEMM_VERSION = 1
 NAIVE_MAX_FLOP = 2e11
 
