@@ -3,14 +3,15 @@
 //   scale:        y = x * s[c]                         (P85's x * self.scale)
 //   min_add_mul:  y = (min(x, constant) + bias[c]) * factor   (P31's epilogue, one pass)
 //
-// Versions:
-//   v1 the per-plane kernel of common.cuh: one block per plane (n, c) reads its channel's
-//      parameter once and streams the plane with float4 accesses when aligned.
+// Versions, one idea each:
+//   v1 per_plane  one block per (n, c) plane: its channel's parameter read once, then streamed
 //
-// P31's epilogue is a separate pass rather than part of the GEMM's store: the GEMM stays one
-// generic kernel for every convolution, and this pass costs one read and one write of the
-// convolution output (about 1 GB at KernelBench size), a few percent of the convolution's
-// time. Fusing it into the GEMM epilogue belongs to the fused fast path.
+// How it works: the per-plane kernel of common.cuh, with float4 accesses when aligned.
+//
+// min_add_mul is P31's epilogue as a pass of its own, one read and one write of the
+// convolution output: ModelNew's "chain" and "im2col" variants run it after conv2d; its
+// default runs the same arithmetic in the convolution's store instead
+// (conv2d_min_add_mul, cuda/conv_implicit.cu), and the convolution output is written once.
 
 #include "common.cuh"
 #include "launchers.h"

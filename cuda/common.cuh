@@ -54,7 +54,6 @@ template <typename Op>
 cudaError_t launch_per_plane(const float* x, float* y, int batch, int channels, int plane_size,
                              Op op, cudaStream_t stream) {
     const int planes = batch * channels;
-    if (planes <= 0 || plane_size <= 0) return cudaSuccess;
     const bool vectorized = plane_size % 4 == 0 && aligned16(x) && aligned16(y);
     per_plane_kernel<<<planes, kPerPlaneThreads, 0, stream>>>(x, y, channels, plane_size,
                                                               vectorized, op);

@@ -5,17 +5,21 @@
 // builds cols; gemm.cu multiplies. conv2d_im2col_launch runs the two over chunks of the batch
 // (or of one image's pixels) so that cols stays inside a bounded workspace.
 //
-// Versions:
-//   v1 one thread per element of cols, in cols' own order, so the stores (the larger side:
+// Versions, one idea each:
+//   v1 per_element  one thread per element of cols, its position decoded from its index
+//   v2 per_row      (default) one block per row of cols, decoded once; pixels walked by a step
+//
+// How each works:
+//   v1 One thread per element of cols, in cols' own order, so the stores (the larger side:
 //      every input element is written kh*kw times) are fully coalesced; the loads of a
 //      warp walk one input row at the convolution's stride and mostly hit in L1/L2. Each
 //      element decodes (b, c, kh, kw, oh, ow) from its index: six integer divisions by
 //      run-time values, about 150 integer instructions per 4-byte store, so v1 is bound by
-//      index arithmetic (615 GB/s, 15% of the copy rate on an H200 for P31's columns).
-//   v2 one block per row (b, k) of cols: the block decodes (b, c, kh, kw) once, and each
+//      index arithmetic (docs/notes.md has the measured rate).
+//   v2 One block per row (b, k) of cols: the block decodes (b, c, kh, kw) once, and each
 //      thread walks its output pixels with (oh, ow) advanced by a precomputed step instead
 //      of divided out per element, leaving a multiply-add, a bounds test, a load and a
-//      store per element. Same access pattern as v1.
+//      store per element. Same access pattern as v1. conv2d's im2col path uses v2.
 
 #include "launchers.h"
 
@@ -23,6 +27,7 @@ namespace scratchops {
 namespace {
 
 constexpr int kIm2colThreads = 256;
+constexpr int kConvIm2colVersion = 2;  // conv2d's im2col path uses the row version
 
 // Tap k of the K = C*kernel_h*kernel_w rows of one image's columns, as F.unfold orders them:
 // k = (c * kernel_h + kh) * kernel_w + kw.
@@ -40,8 +45,10 @@ __device__ __forceinline__ Tap decode_tap(int k, const Conv2dGeometry& g) {
 // iw = ow*stride_w - pad_w + kw*dil_w, or 0 when (ih, iw) falls in the zero padding.
 __global__ void im2col_kernel(const float* __restrict__ x, float* __restrict__ cols, int total,
                               Conv2dGeometry g, int pixel_begin, int pixel_count) {
-    const int e = blockIdx.x * kIm2colThreads + threadIdx.x;
-    if (e >= total) return;
+    // Unsigned: the last block may pass 2^31 - 1 when total is close to it.
+    const unsigned index = blockIdx.x * kIm2colThreads + threadIdx.x;
+    if (index >= static_cast<unsigned>(total)) return;
+    const int e = static_cast<int>(index);
     const int taps = g.channels * g.kernel_h * g.kernel_w;  // K
     const int q = e % pixel_count;
     const int bk = e / pixel_count;
@@ -147,14 +154,13 @@ cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const floa
                                  cudaStream_t stream) {
     const long long taps = static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w;
     const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
-    if (batch <= 0 || out_channels <= 0 || pixels <= 0) return cudaSuccess;
     const Chunking c = chunking(batch, g, workspace_floats);
     const long long image_floats = static_cast<long long>(g.channels) * g.height * g.width;
     for (long long n0 = 0; n0 < batch; n0 += c.images) {
         const long long images = batch - n0 < c.images ? batch - n0 : c.images;
         for (long long p0 = 0; p0 < pixels; p0 += c.pixels) {
             const long long count = pixels - p0 < c.pixels ? pixels - p0 : c.pixels;
-            cudaError_t err = im2col_launch(kIm2colDefaultVersion, x + n0 * image_floats,
+            cudaError_t err = im2col_launch(kConvIm2colVersion, x + n0 * image_floats,
                                             workspace, static_cast<int>(images), g,
                                             static_cast<int>(p0), static_cast<int>(count), stream);
             if (err != cudaSuccess) return err;
@@ -174,12 +180,14 @@ cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const floa
 cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,
                           cudaStream_t stream) {
-    if (version < 1 || version > kIm2colNumVersions) return cudaErrorInvalidValue;
-    const long long total = cols_elements(batch, g, pixel_count);
-    if (total <= 0) return cudaSuccess;
-    if (total > 0x7fffffffLL) return cudaErrorInvalidValue;
-    return version == 1 ? launch_v1_per_element(x, cols, batch, g, pixel_begin, pixel_count, stream)
-                        : launch_v2_rows(x, cols, batch, g, pixel_begin, pixel_count, stream);
+    // Kept although the binding checks its output's size: conv2d_im2col_launch's chunks are
+    // sized by a caller's workspace budget, which may allow more than 2^31 floats.
+    if (cols_elements(batch, g, pixel_count) > 0x7fffffffLL) return cudaErrorInvalidValue;
+    switch (version) {
+        case 1: return launch_v1_per_element(x, cols, batch, g, pixel_begin, pixel_count, stream);
+        case 2: return launch_v2_rows(x, cols, batch, g, pixel_begin, pixel_count, stream);
+        default: return cudaErrorInvalidValue;
+    }
 }
 
 }  // namespace scratchops

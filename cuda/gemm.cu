@@ -1,15 +1,22 @@
 // gemm.cu — fp32 GEMM: C = A @ B (+ a bias per row of C), row-major, strided-batched.
 //
 // Versions, one idea each, simplest first (the progression of siboehm/SGEMM_CUDA):
+//   v1 naive           one thread per element of C, every operand from global memory
+//   v2 shared_tiles    tiles of A and B staged in shared memory, each loaded once per block
+//   v3 register_tiles  an 8x8 patch of C per thread, in registers, fed by float4 shared loads
+//   v4 pipelined       the next k-step's tiles loaded while the current ones multiply
+//   v5 tensor_cores    fp32-accurate products on Hopper's tensor cores (3xTF32, sm_90a wgmma)
+//
+// How each works:
 //   v1 naive           One thread per element of C reads its row of A and its column of B
 //                      straight from global memory: two loads per multiply-add. threadIdx.x
 //                      runs along N, so a warp's B loads and C stores are coalesced and its
 //                      A loads are one broadcast address.
-//   v2 shared tiles    A 32x32 block stages a 32x32 tile of A and of B in shared memory per
+//   v2 shared_tiles    A 32x32 block stages a 32x32 tile of A and of B in shared memory per
 //                      step of k, so each global element is loaded once per block instead of
 //                      once per thread: 32x fewer global loads. Still one output per thread,
 //                      so each multiply-add costs two shared-memory loads.
-//   v3 register tiles  Each thread computes an 8x8 patch of C held in registers, from 8 values
+//   v3 register_tiles  Each thread computes an 8x8 patch of C held in registers, from 8 values
 //                      of A and 8 of B per k: 64 multiply-adds per 4 float4 shared loads. A is
 //                      stored transposed (k-major, padded) in shared memory so that a thread's
 //                      8 rows of A are contiguous like its 8 columns of B. The block tile is
@@ -20,7 +27,7 @@
 //                      current ones are multiplied, then stored to the other of two shared
 //                      buffers: the loads' latency hides behind 512 multiply-adds a thread,
 //                      and one barrier per k-step instead of two.
-//   v5 tensor cores    fp32-accurate on Hopper's tensor cores (sm_90a wgmma, 3xTF32): each
+//   v5 tensor_cores    fp32-accurate on Hopper's tensor cores (sm_90a wgmma, 3xTF32): each
 //                      fp32 operand is split into two TF32 parts and each product is carried
 //                      by three TF32 products; B is packed once per call into the exact
 //                      shared-memory tiles, A goes from global memory straight to registers.
@@ -466,7 +473,6 @@ cudaError_t gemm_tf32x3_launch(const float* A, const float* B, const float* bias
                                long long stride_b, long long stride_c, int batch,
                                void* workspace, long long workspace_bytes, cudaStream_t stream) {
     using namespace gemm_v5;
-    if (M <= 0 || N <= 0 || batch <= 0) return cudaSuccess;  // nothing to write
     const bool b_shared = stride_b == 0;
     // Batch entries per launch: all of them, or (a batched B) as many as the workspace holds.
     const long long per_entry = tc_layout(N, K, 1).tiles_bytes();
@@ -498,8 +504,6 @@ cudaError_t gemm_tf32x3_launch(const float* A, const float* B, const float* bias
 cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
                         int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,
                         long long stride_b, long long stride_c, int batch, cudaStream_t stream) {
-    if (version < 1 || version > kGemmNumVersions) return cudaErrorInvalidValue;
-    if (M <= 0 || N <= 0 || batch <= 0) return cudaSuccess;  // nothing to write
     // v3 picks a 64-row tile only for M <= 64, where one launch covers every row anyway,
     // so the 128-row bound of max_rows_per_launch is safe for it.
     const int rows_per_launch = max_rows_per_launch(version);
@@ -520,10 +524,13 @@ cudaError_t gemm_launch(int version, const float* A, const float* B, const float
             a.stride_b = stride_b;
             a.stride_c = stride_c;
             a.batch = batch - b0 < kMaxGridYZ ? batch - b0 : kMaxGridYZ;
-            cudaError_t err = version == 1   ? launch_v1_naive(a, stream)
-                              : version == 2 ? launch_v2_shared_tiles(a, stream)
-                              : version == 3 ? launch_v3_register_tiles(a, stream)
-                                             : launch_v4_pipelined(a, stream);
+            cudaError_t err = cudaErrorInvalidValue;  // an unknown version
+            switch (version) {
+                case 1: err = launch_v1_naive(a, stream); break;
+                case 2: err = launch_v2_shared_tiles(a, stream); break;
+                case 3: err = launch_v3_register_tiles(a, stream); break;
+                case 4: err = launch_v4_pipelined(a, stream); break;
+            }
             if (err != cudaSuccess) return err;
         }
     }

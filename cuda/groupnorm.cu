@@ -6,16 +6,27 @@
 // of sample n, which are contiguous in NCHW memory. Statistics are per sample, never across
 // the batch.
 //
-// Versions:
-//   v1 two kernels. (1) Statistics: one block per (n, g) streams its group once, each thread
-//      keeping a Welford (count, mean, M2) over its elements; the states are merged with
-//      Chan's formula across the warp (shuffles) and then across the warps (shared memory).
-//      Welford, not E[x^2] - E[x]^2: with P85's 63 504 elements per group the naive fp32
-//      formula loses the variance's digits when |mean| >> std. (2) Apply: one block per
-//      plane (n, c) folds mean, rstd, gamma, beta and scale into two constants and streams
-//      the plane with float4 accesses: y = (x - mean) * a + b, a = rstd*gamma*scale,
-//      b = beta*scale. (x - mean first, not x*a + (b - mean*a), keeps the cancellation
-//      exact when |mean| >> std.)
+// Versions, one idea each (they differ in the statistics, then apply them the same way):
+//   v1 two_pass  the mean in one read of the group, the variance of the deviations in another
+//   v2 welford   (default) mean and variance together in one read (Welford's update)
+//
+// How each works:
+//   v1 two_pass  One block per (n, g) reads its group to sum it: the mean. A second read sums
+//                the squared deviations from that mean: the variance, computed without the
+//                cancellation of E[x^2] - E[x]^2, which loses the variance's digits in fp32
+//                when |mean| >> std. The same read sums the deviations themselves, 0 in exact
+//                arithmetic; what they sum to instead is the mean's rounding error, which
+//                corrects the mean and the variance (the corrected two-pass algorithm of
+//                Chan, Golub and LeVeque). x is read three times: mean, variance, apply.
+//   v2 welford   Mean and variance in one read: each thread keeps a Welford state
+//                (count, mean, M2) over its elements, also free of that cancellation; the
+//                states are merged with Chan's formula across the warp (shuffles) and then
+//                across the warps (shared memory). float4 loads when aligned. x is read
+//                twice: statistics, apply.
+// Apply (both): one block per plane (n, c) folds mean, rstd, gamma, beta and scale into two
+// constants and streams the plane with float4 accesses: y = (x - mean) * a + b,
+// a = rstd*gamma*scale, b = beta*scale. (x - mean first, not x*a + (b - mean*a), keeps the
+// cancellation exact when |mean| >> std.)
 
 #include "common.cuh"
 #include "launchers.h"
@@ -26,6 +37,64 @@ namespace {
 constexpr int kStatsThreads = 512;
 constexpr int kWarps = kStatsThreads / 32;
 
+// ---------------------------------------------------------------------- v1: two passes
+struct Sums {
+    float a, b;
+};
+
+__device__ __forceinline__ Sums warp_sum(Sums v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        v.a += __shfl_down_sync(0xffffffffu, v.a, offset);
+        v.b += __shfl_down_sync(0xffffffffu, v.b, offset);
+    }
+    return v;  // lane 0 holds the warp's sums
+}
+
+// The sums of v over the block, in thread 0: across each warp, then across the warps.
+__device__ __forceinline__ Sums block_sum(Sums v) {
+    __shared__ Sums warp_sums[kWarps];
+    v = warp_sum(v);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+    __syncthreads();
+    return warp_sum(threadIdx.x < kWarps ? warp_sums[threadIdx.x] : Sums{0.0f, 0.0f});
+}
+
+// Pass 1: block (n, g) = blockIdx.x sums x[blockIdx.x * group_size, +group_size) and writes
+// stats[2*blockIdx.x] = its mean.
+__global__ void __launch_bounds__(kStatsThreads)
+    group_mean_kernel(const float* __restrict__ x, float* __restrict__ stats, int group_size) {
+    const float* group = x + blockIdx.x * group_size;  // < numel < 2^31
+    Sums s = {0.0f, 0.0f};
+    for (int i = threadIdx.x; i < group_size; i += kStatsThreads) s.a += group[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0) stats[2 * blockIdx.x] = s.a / static_cast<float>(group_size);
+}
+
+// Pass 2: with d = x - mean (pass 1's mean), the sums of d^2 and of d. The exact mean is
+// mean + sum(d)/n and the sum of squared deviations from it sum(d^2) - sum(d)^2/n. Writes the
+// corrected mean and stats[2*blockIdx.x + 1] = 1/sqrt(var + eps).
+__global__ void __launch_bounds__(kStatsThreads)
+    group_variance_kernel(const float* __restrict__ x, float* __restrict__ stats,
+                          int group_size, float eps) {
+    const float* group = x + blockIdx.x * group_size;
+    const float mean = stats[2 * blockIdx.x];  // (read by every thread before thread 0 writes)
+    Sums s = {0.0f, 0.0f};
+    for (int i = threadIdx.x; i < group_size; i += kStatsThreads) {
+        const float d = group[i] - mean;
+        s.a += d * d;
+        s.b += d;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) {
+        const float n = static_cast<float>(group_size), correction = s.b / n;
+        const float variance = fmaxf((s.a - s.b * correction) / n, 0.0f);  // biased, as torch
+        stats[2 * blockIdx.x] = mean + correction;
+        stats[2 * blockIdx.x + 1] = 1.0f / sqrtf(variance + eps);
+    }
+}
+
+// ------------------------------------------------------------------------- v2: Welford
 struct Welford {
     float count, mean, m2;  // m2 = sum of squared deviations from mean
 };
@@ -116,19 +185,35 @@ struct GroupNormApply {
     __device__ float apply(float v, const Constants& k) const { return (v - k.mean) * k.a + k.b; }
 };
 
+// The statistics of the `blocks` = batch * groups groups into stats (mean, 1/std each).
+cudaError_t launch_v1_two_pass(const float* x, float* stats, int blocks, int group_size,
+                               float eps, cudaStream_t stream) {
+    group_mean_kernel<<<blocks, kStatsThreads, 0, stream>>>(x, stats, group_size);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    group_variance_kernel<<<blocks, kStatsThreads, 0, stream>>>(x, stats, group_size, eps);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_v2_welford(const float* x, float* stats, int blocks, int group_size,
+                              float eps, cudaStream_t stream) {
+    const bool vectorized = group_size % 4 == 0 && aligned16(x);
+    group_stats_kernel<<<blocks, kStatsThreads, 0, stream>>>(x, stats, group_size, vectorized,
+                                                             eps);
+    return cudaGetLastError();
+}
+
 }  // namespace
 
-cudaError_t group_norm_launch(const float* x, float* y, const float* gamma, const float* beta,
-                              const float* scale, float* stats, int batch, int channels,
-                              int plane_size, int groups, float eps, cudaStream_t stream) {
-    if (batch <= 0 || channels <= 0 || plane_size <= 0) return cudaSuccess;
-    if (groups <= 0 || channels % groups != 0) return cudaErrorInvalidValue;
+cudaError_t group_norm_launch(int version, const float* x, float* y, const float* gamma,
+                              const float* beta, const float* scale, float* stats, int batch,
+                              int channels, int plane_size, int groups, float eps,
+                              cudaStream_t stream) {
     const int channels_per_group = channels / groups;
     const int group_size = channels_per_group * plane_size;
-    const bool vectorized = group_size % 4 == 0 && aligned16(x);
-    group_stats_kernel<<<batch * groups, kStatsThreads, 0, stream>>>(x, stats, group_size,
-                                                                     vectorized, eps);
-    cudaError_t err = cudaGetLastError();
+    cudaError_t err = cudaErrorInvalidValue;  // an unknown version
+    if (version == 1) err = launch_v1_two_pass(x, stats, batch * groups, group_size, eps, stream);
+    if (version == 2) err = launch_v2_welford(x, stats, batch * groups, group_size, eps, stream);
     if (err != cudaSuccess) return err;
     const GroupNormApply op{stats, gamma, beta, scale, groups, channels_per_group};
     return launch_per_plane(x, y, batch, channels, plane_size, op, stream);

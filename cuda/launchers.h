@@ -4,12 +4,16 @@
 // and the one binding file (scratchops/csrc/binding.cpp) calls these with raw
 // pointers, sizes and the current torch stream.
 //
-// Conventions shared by all launchers:
-//   * fp32, row-major / NCHW-contiguous buffers;
-//   * every size is an int that the caller has checked: each buffer holds fewer
-//     than 2^31 elements, so 32-bit element offsets inside one buffer are safe;
-//   * the launcher returns the cudaError_t of its launches (cudaGetLastError
-//     after each one), never exits or prints.
+// The contract every launcher trusts (binding.cpp checks it before calling; the launchers
+// do not check it again):
+//   * fp32, row-major / NCHW-contiguous buffers on the current device;
+//   * every size is an int: each buffer holds fewer than 2^31 elements, so 32-bit element
+//     offsets inside one buffer are safe;
+//   * the output is not empty: every size is >= 1 (gemm's K may be 0), as the caller
+//     launches nothing for an empty output;
+//   * the launcher returns the cudaError_t of its launches (cudaGetLastError after each
+//     one), never exits or prints; cudaErrorInvalidValue for an unknown version, or for
+//     what a launcher below says it refuses.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,10 +28,10 @@ namespace scratchops {
 // bias may be nullptr. Batch strides are in elements (64-bit: the batch as a
 // whole may exceed 2^31 elements only through the pointer arithmetic here).
 // version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked, 4 = pipelined
-// (see the table at the top of gemm.cu). Returns cudaErrorInvalidValue for an
-// unknown version.
-constexpr int kGemmNumVersions = 4;       // gemm_launch's versions 1..4
-constexpr int kGemmTensorCoreVersion = 5;  // gemm_tf32x3_launch
+// (see the table at the top of gemm.cu).
+// The version number scratchops/versions.py gives gemm_tf32x3_launch (binding.cpp routes it
+// there; tests/test_library.py holds the two equal).
+constexpr int kGemmTensorCoreVersion = 5;
 cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
                         int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,
                         long long stride_b, long long stride_c, int batch, cudaStream_t stream);
@@ -59,14 +63,14 @@ struct Conv2dGeometry {
     int out_h, out_w;                 // output image (caller computes and checks > 0)
 };
 // version: 1 = one thread per element, 2 = one block per row (see conv_im2col.cu).
-constexpr int kIm2colNumVersions = 2;
-constexpr int kIm2colDefaultVersion = 2;  // what conv2d uses
+// Returns cudaErrorInvalidValue for a chunk of 2^31 or more elements.
 cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,
                           cudaStream_t stream);
 // y = conv2d(x, weight) + bias as im2col + gemm (versions 1-4) over chunks of the batch, or of
 // one image's output pixels, whose columns fit a workspace of conv2d_im2col_workspace_floats
 // floats (computed from the budget workspace_bytes; never less than one column of C*kh*kw).
+// conv2d's im2col path uses im2col v2.
 long long conv2d_im2col_workspace_floats(int batch, const Conv2dGeometry& g,
                                          long long workspace_bytes);
 cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const float* bias, float* y,
@@ -121,9 +125,11 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
 // y = group_norm(x) over an (batch, channels, plane_size) tensor with `groups` groups
 // (channels % groups == 0), then times scale[c]. gamma, beta, scale may each be nullptr
 // (1, 0, 1). stats is a workspace of 2 * batch * groups floats (mean, 1/std per group).
-cudaError_t group_norm_launch(const float* x, float* y, const float* gamma, const float* beta,
-                              const float* scale, float* stats, int batch, int channels,
-                              int plane_size, int groups, float eps, cudaStream_t stream);
+// version: 1 = two-pass statistics, 2 = Welford (see groupnorm.cu).
+cudaError_t group_norm_launch(int version, const float* x, float* y, const float* gamma,
+                              const float* beta, const float* scale, float* stats, int batch,
+                              int channels, int plane_size, int groups, float eps,
+                              cudaStream_t stream);
 
 // ---------------------------------------------------------------- channelwise.cu
 // Over an (batch, channels, plane_size) tensor: y = x * scale[c].
@@ -139,13 +145,15 @@ struct PoolGeometry {
     int height, width;  // input plane
     int kernel_h, kernel_w;
     int stride_h, stride_w;
-    int pad_h, pad_w;   // at most half the kernel (as torch), so no window is all padding
+    int pad_h, pad_w;   // a window wholly in the padding gives -inf (torch refuses such)
     int out_h, out_w;
 };
 // y = clamp(max_pool2d(x), lo, hi) over `planes` = N*C planes; lo = -inf, hi = +inf for a
-// plain max pool.
-cudaError_t max_pool2d_clamp_launch(const float* x, float* y, int planes, const PoolGeometry& g,
-                                    float lo, float hi, cudaStream_t stream);
+// plain max pool. version: 1 = a grid shaped like the output, 2 = a flat grid (see
+// pool_clamp.cu).
+cudaError_t max_pool2d_clamp_launch(int version, const float* x, float* y, int planes,
+                                    const PoolGeometry& g, float lo, float hi,
+                                    cudaStream_t stream);
 // y = min(max(x, lo), hi) over n contiguous elements.
 cudaError_t clamp_launch(const float* x, float* y, int n, float lo, float hi,
                          cudaStream_t stream);

@@ -8,11 +8,27 @@
 //       (so lo > hi gives hi everywhere).
 // NaN propagates as in torch: a window holding a NaN gives NaN, and clamp(NaN) is NaN.
 //
-// Versions:
-//   v1 max pool: one thread per output element in output order, so stores are coalesced and
-//      a warp's loads walk a few input rows at the pool's stride (cache lines reused across
-//      the kernel_w taps through L1). clamp: one thread per float4 (16-byte loads and stores
-//      when the pointers are aligned), the last n % 4 elements by the first threads.
+// Versions of the max pool, one idea each (both give each thread one output and share the
+// window loop; they differ in how threads map onto the output):
+//   v1 output_grid  a thread grid shaped like the output: (column, row, plane) = (x, y, z)
+//   v2 flat         (default) a 1-D grid over the output in memory order, position decoded
+// clamp has one version: one thread per float4.
+//
+// How each works:
+//   v1 output_grid  The grid has the output's shape: x along a row, y down the rows, z over
+//                   the (n, c) planes, in 16 x 16 blocks. Nothing to decode, but a warp covers
+//                   two half-rows (two store segments, not one), the threads past a row's end
+//                   idle when the output width is not a multiple of 16 (P85's pooled rows are
+//                   31 wide), and gridDim.y and gridDim.z stop at 65535, so rows and planes
+//                   are walked with grid-stride loops.
+//   v2 flat         A 1-D grid over the output in NCHW order: a warp's 32 stores are
+//                   one contiguous run whatever the width, only the last block has idle
+//                   threads and no grid limit applies; the price is decoding (n*C + c, oh, ow)
+//                   from the index with a division and two remainders. A warp's loads walk a
+//                   few input rows at the pool's stride (cache lines reused across the
+//                   kernel_w taps through L1).
+//   clamp           One thread per float4 (16-byte loads and stores when the pointers are
+//                   aligned), the last n % 4 elements by the first threads.
 
 #include <math.h>
 
@@ -28,16 +44,9 @@ __device__ __forceinline__ float clamp_nan(float v, float lo, float hi) {
     return nan_min(nan_max(v, lo), hi);
 }
 
-// Element e of y, in NCHW order: ow = e % out_w, oh = (e / out_w) % out_h, and
-// plane = e / (out_h * out_w) = n * C + c, whose input plane starts at plane * H * W.
-__global__ void max_pool2d_clamp_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                        int total, PoolGeometry g, float lo, float hi) {
-    const int e = blockIdx.x * kThreads + threadIdx.x;
-    if (e >= total) return;
-    const int ow = e % g.out_w;
-    const int oh = (e / g.out_w) % g.out_h;
-    const int plane = e / (g.out_w * g.out_h);
-    const float* src = x + plane * g.height * g.width;  // < numel(x) < 2^31
+// The clamped maximum of the window of output (oh, ow) in the input plane `src`.
+__device__ __forceinline__ float window_max(const float* src, const PoolGeometry& g, int oh,
+                                            int ow, float lo, float hi) {
     const int h0 = oh * g.stride_h - g.pad_h, w0 = ow * g.stride_w - g.pad_w;
     float m = -INFINITY;
     for (int i = 0; i < g.kernel_h; ++i) {
@@ -48,17 +57,56 @@ __global__ void max_pool2d_clamp_kernel(const float* __restrict__ x, float* __re
             if (iw >= 0 && iw < g.width) m = nan_max(m, src[ih * g.width + iw]);
         }
     }
-    y[e] = clamp_nan(m, lo, hi);
+    return clamp_nan(m, lo, hi);
 }
 
+// ------------------------------------------------------------------ v1: output grid
+constexpr int kTile = 16;  // 16 x 16 threads per block
+constexpr int kMaxGridYZ = 65535;
+
+// Thread (ow, oh) of block (bx, by, bz) handles output column ow = bx*16 + tx, rows oh =
+// by*16 + ty + k*gridDim.y*16 and planes bz + k*gridDim.z. (Unsigned counters: a step past
+// the last row or plane may pass 2^31 - 1.)
+__global__ void max_pool2d_clamp_grid_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                             int planes, PoolGeometry g, float lo, float hi) {
+    const unsigned ow = blockIdx.x * kTile + threadIdx.x;
+    if (ow >= static_cast<unsigned>(g.out_w)) return;
+    for (unsigned p = blockIdx.z; p < static_cast<unsigned>(planes); p += gridDim.z) {
+        const int plane = static_cast<int>(p);
+        const float* src = x + plane * g.height * g.width;  // < numel(x) < 2^31
+        for (unsigned oh = blockIdx.y * kTile + threadIdx.y; oh < static_cast<unsigned>(g.out_h);
+             oh += gridDim.y * kTile) {
+            const int e = (plane * g.out_h + static_cast<int>(oh)) * g.out_w + static_cast<int>(ow);
+            y[e] = window_max(src, g, static_cast<int>(oh), static_cast<int>(ow), lo, hi);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------- v2: flat
+// Element e of y, in NCHW order: ow = e % out_w, oh = (e / out_w) % out_h, and
+// plane = e / (out_h * out_w) = n * C + c, whose input plane starts at plane * H * W.
+__global__ void max_pool2d_clamp_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                        int total, PoolGeometry g, float lo, float hi) {
+    // Unsigned: the last block may pass 2^31 - 1 when total is close to it.
+    const unsigned index = blockIdx.x * kThreads + threadIdx.x;
+    if (index >= static_cast<unsigned>(total)) return;
+    const int e = static_cast<int>(index);
+    const int ow = e % g.out_w;
+    const int oh = (e / g.out_w) % g.out_h;
+    const int plane = e / (g.out_w * g.out_h);
+    y[e] = window_max(x + plane * g.height * g.width, g, oh, ow, lo, hi);  // < numel(x)
+}
+
+// ------------------------------------------------------------------------------ clamp
 __global__ void clamp_kernel(const float* __restrict__ x, float* __restrict__ y, int n,
                              bool vectorized, float lo, float hi) {
-    const int t = blockIdx.x * kThreads + threadIdx.x;
+    // Unsigned: the last block may pass 2^31 - 1 when n is close to it.
+    const unsigned t = blockIdx.x * kThreads + threadIdx.x;
     if (!vectorized) {
-        if (t < n) y[t] = clamp_nan(x[t], lo, hi);
+        if (t < static_cast<unsigned>(n)) y[t] = clamp_nan(x[t], lo, hi);
         return;
     }
-    const int n4 = n / 4;
+    const unsigned n4 = n / 4;
     if (t < n4) {
         float4 v = reinterpret_cast<const float4*>(x)[t];
         v.x = clamp_nan(v.x, lo, hi);
@@ -67,28 +115,35 @@ __global__ void clamp_kernel(const float* __restrict__ x, float* __restrict__ y,
         v.w = clamp_nan(v.w, lo, hi);
         reinterpret_cast<float4*>(y)[t] = v;
     }
-    if (t < n - 4 * n4) y[4 * n4 + t] = clamp_nan(x[4 * n4 + t], lo, hi);  // the tail
+    if (t < n % 4u) y[4 * n4 + t] = clamp_nan(x[4 * n4 + t], lo, hi);  // the tail
 }
 
 }  // namespace
 
-cudaError_t max_pool2d_clamp_launch(const float* x, float* y, int planes, const PoolGeometry& g,
-                                    float lo, float hi, cudaStream_t stream) {
-    const long long total = static_cast<long long>(planes) * g.out_h * g.out_w;
-    if (total <= 0) return cudaSuccess;
-    if (total > 0x7fffffffLL) return cudaErrorInvalidValue;
-    const int blocks = static_cast<int>((total + kThreads - 1) / kThreads);
-    max_pool2d_clamp_kernel<<<blocks, kThreads, 0, stream>>>(x, y, static_cast<int>(total), g,
-                                                             lo, hi);
+cudaError_t max_pool2d_clamp_launch(int version, const float* x, float* y, int planes,
+                                    const PoolGeometry& g, float lo, float hi,
+                                    cudaStream_t stream) {
+    const int total = planes * g.out_h * g.out_w;  // the elements of y, < 2^31
+    if (version == 1) {
+        const int col_blocks = (g.out_w - 1) / kTile + 1, row_blocks = (g.out_h - 1) / kTile + 1;
+        const dim3 grid(col_blocks, row_blocks < kMaxGridYZ ? row_blocks : kMaxGridYZ,
+                        planes < kMaxGridYZ ? planes : kMaxGridYZ);
+        max_pool2d_clamp_grid_kernel<<<grid, dim3(kTile, kTile), 0, stream>>>(x, y, planes, g,
+                                                                              lo, hi);
+    } else if (version == 2) {
+        max_pool2d_clamp_kernel<<<(total - 1) / kThreads + 1, kThreads, 0, stream>>>(
+            x, y, total, g, lo, hi);
+    } else {
+        return cudaErrorInvalidValue;
+    }
     return cudaGetLastError();
 }
 
 cudaError_t clamp_launch(const float* x, float* y, int n, float lo, float hi,
                          cudaStream_t stream) {
-    if (n <= 0) return cudaSuccess;
     const bool vectorized = aligned16(x) && aligned16(y);
     const int threads_needed = vectorized ? (n / 4 > n % 4 ? n / 4 : n % 4) : n;
-    const int blocks = (threads_needed + kThreads - 1) / kThreads;
+    const int blocks = (threads_needed - 1) / kThreads + 1;  // (n + kThreads - 1 may overflow)
     clamp_kernel<<<blocks, kThreads, 0, stream>>>(x, y, n, vectorized, lo, hi);
     return cudaGetLastError();
 }

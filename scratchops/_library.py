@@ -41,11 +41,11 @@ SCHEMAS = {
                                     "Tensor? scale, float eps, float min, float max, "
                                     "Tensor? packed_weight) -> Tensor",
     "group_norm": "(Tensor input, int num_groups, Tensor? weight, Tensor? bias, Tensor? scale, "
-                  "float eps) -> Tensor",
+                  "float eps, int version) -> Tensor",
     "scale": "(Tensor input, Tensor scale) -> Tensor",
     "min_add_mul": "(Tensor input, float constant, Tensor bias, float factor) -> Tensor",
     "max_pool2d_clamp": "(Tensor input, int[2] kernel_size, int[2] stride, int[2] padding, "
-                        "float min, float max) -> Tensor",
+                        "float min, float max, int version) -> Tensor",
     "clamp": "(Tensor input, float min, float max) -> Tensor",
 }
 

@@ -1,159 +1,52 @@
-"""Argument checks shared by the public functions (scratchops.ops) and the fake kernels.
+"""One argument check per operator, shared by the public functions (scratchops.ops) and the
+fake kernels (scratchops._fakes), so that tracing rejects exactly what a call rejects.
 
-Everything here runs on any device, meta and fake tensors included, so the checks are
-testable without a GPU and the fake kernels reject exactly what the real ones reject. The
-device check (`check_cuda`) is separate because fake tensors may stand on any device.
+`<op>_args` takes the arguments of torch.ops.scratchops.<op> in its schema's order
+(scratchops._library), as a caller may give them (an int as a numpy or 0-dim torch integer,
+a pair as one int, ...), checks them and returns `(args, shape)`: the arguments normalised
+for the operator (ints, floats, lists for int[2]) and the output's shape. A public function
+first does what only it does (an unbatched (C, H, W) input viewed as a batch of one,
+conv2d's algorithm given by name, clamp bounds that may be None), then calls its `<op>_args`,
+then checks the device (`check_cuda`, last: fake tensors may stand on any device).
 
-Errors: TypeError for a wrong Python type or dtype (a bool, string, float or None where an
-int is expected included), ValueError for a wrong rank, shape, layout or value,
-NotImplementedError for a torch feature scratchops does not cover. What torch accepts is
-accepted: numpy and 0-dim torch integers, one-element lists for pairs, numbers as Python or
-numpy scalars or 0-dim tensors. Empty tensors behave as torch's counterparts: an empty result
-of the right shape where torch gives one, a ValueError where torch refuses (and for conv2d's
-0 input channels, where torch's result has the wrong shape). tests/test_like_torch.py
-compares each with torch.
+Errors: those of scratchops._checks (TypeError for a wrong type, ValueError for a wrong rank,
+shape, layout, value or a size beyond 32-bit indexing) and NotImplementedError for a torch
+feature scratchops does not cover. Empty tensors behave as torch's counterparts: an empty
+result of the right shape where torch gives one, a ValueError where torch refuses (and for
+conv2d's 0 input channels, where torch's result has the wrong shape).
+tests/test_like_torch.py compares each with torch.
 """
 
 from __future__ import annotations
 
-import numbers
-import operator
 from collections.abc import Sequence
 
 import torch
 
-INT32_MAX = 2**31 - 1
-# Kernel geometry (kernel size, stride, padding, dilation) is capped so that index arithmetic
-# such as oh*stride + kh*dilation stays far inside 32 bits.
-GEOMETRY_MAX = 65535
+from ._checks import (GEOMETRY_MAX, as_float, as_int, as_pair, check_choice,
+                      check_cuda, check_output_size, check_per_channel, check_positive_int,
+                      check_tensor, window_output_hw)
+from .versions import (CONV2D_ALGORITHMS, GEMM_VERSIONS, GROUP_NORM_VERSIONS,
+                       IM2COL_GEMM_VERSIONS, IM2COL_VERSIONS, MAX_POOL2D_VERSIONS)
+
+__all__ = ["check_cuda", "check_tensor"]  # (re-exported for scratchops.ops)
 
 
-def check_tensor(t, name: str, ndims: Sequence[int], nonzero: Sequence[int] = ()) -> None:
-    """A float32, contiguous tensor of one of the ranks `ndims`, 32-bit indexable, whose
-    dimensions `nonzero` (indices) are not 0 (where torch's counterpart refuses them)."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {t.dtype} "
-                        "(scratchops kernels are fp32-only for now)")
-    if t.dim() not in ndims:
-        ranks = " or ".join(f"{n}-D" for n in ndims)
-        raise ValueError(f"{name} must be {ranks}, got a {t.dim()}-D tensor "
-                         f"of shape {tuple(t.shape)}")
-    if any(t.shape[d] == 0 for d in nonzero):
-        raise ValueError(f"{name} has a zero-size dimension where torch refuses one (shape "
-                         f"{tuple(t.shape)}; dimensions {list(nonzero)} must be non-zero)")
-    if not t.is_contiguous():
-        raise ValueError(f"{name} must be contiguous (row-major / NCHW); scratchops does not "
-                         f"copy silently: pass {name}.contiguous()")
-    if t.numel() > INT32_MAX:
-        raise ValueError(f"{name} has {t.numel()} elements; scratchops kernels index with "
-                         f"32-bit integers (at most {INT32_MAX})")
-
-
-def check_output_size(numel, what: str) -> None:
-    if numel > INT32_MAX:
-        raise ValueError(f"{what} would have {numel} elements; scratchops kernels index with "
-                         f"32-bit integers (at most {INT32_MAX})")
-
-
-def check_cuda(**tensors) -> None:
-    """Every given tensor (None skipped) is a CUDA tensor, all on one device. Meta tensors
-    pass too: they carry no data and only trace shapes (FakeTensorMode's fake CUDA tensors
-    report the CUDA device)."""
-    device = None
-    for name, t in tensors.items():
-        if t is None:
-            continue
-        if t.device.type not in ("cuda", "meta"):
-            raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device} "
-                             "(scratchops runs on the GPU only; meta tensors trace shapes)")
-        if device is None:
-            device, first = t.device, name
-        elif t.device != device:
-            raise ValueError(f"{name} is on {t.device} but {first} is on {device}")
-
-
-def as_int(value, name: str) -> int:
-    """An integer scalar as an int: Python, numpy or 0-dim torch integers (operator.index);
-    a bool (a bool tensor too), float, string or anything else is a TypeError, as in torch."""
-    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and (
-            value.dim() != 0 or value.is_floating_point() or value.dtype == torch.bool)):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {value!r}") from None
-
-
-def as_pair(value, name: str, minimum: int) -> tuple[int, int]:
-    """An int or a pair of ints (a sequence of one int counts as that int, as in F.conv2d and
-    F.max_pool2d), each >= minimum and <= GEOMETRY_MAX, as a 2-tuple."""
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        if len(value) not in (1, 2):
-            raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
-        pair = tuple(as_int(v, name) for v in value) * (3 - len(value))
-    else:
-        try:
-            pair = (as_int(value, name),) * 2
-        except TypeError:
-            raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}") from None
-    for v in pair:
-        if v < minimum or v > GEOMETRY_MAX:
-            raise ValueError(f"{name} must be in [{minimum}, {GEOMETRY_MAX}], got {value!r}")
-    return pair
-
-
-def check_choice(value, name: str, choices) -> int:
-    """One of `choices` (ints): TypeError for a non-int, ValueError for another int."""
-    value = as_int(value, name)
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
-    return value
-
-
-def check_positive_int(value, name: str) -> int:
-    value = as_int(value, name)
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def conv_output_hw(x: torch.Tensor, kernel: tuple[int, int], stride: tuple[int, int],
-                   padding: tuple[int, int], dilation: tuple[int, int], what: str):
-    """(out_h, out_w) of a convolution window sliding over x's last two dimensions."""
-    sizes = []
-    for dim, axis in ((-2, "height"), (-1, "width")):
-        i = 0 if dim == -2 else 1
-        padded = x.shape[dim] + 2 * padding[i]
-        span = dilation[i] * (kernel[i] - 1) + 1
-        if padded > INT32_MAX:
-            raise ValueError(f"{what}: padded input {axis} {padded} overflows 32-bit indexing")
-        if padded < span:
-            raise ValueError(
-                f"{what}: the kernel spans {span} along the {axis} (kernel {kernel[i]}, "
-                f"dilation {dilation[i]}) but the padded input {axis} is only {padded} "
-                f"(input {x.shape[dim]}, padding {padding[i]}): the output would be empty")
-        sizes.append((padded - span) // stride[i] + 1)
-    return sizes[0], sizes[1]
-
-
-# ---------------------------------------------------------------------------- per op
-def im2col_args(x, kernel_size, dilation, padding, stride):
-    """Normalised (kernel_size, dilation, padding, stride) and the 3-D output shape for 4-D x."""
+# ------------------------------------------------------------------------- GEMM, im2col
+def im2col_args(x, kernel_size, dilation, padding, stride, version):
     check_tensor(x, "input", (4,), nonzero=(1, 2, 3))  # F.unfold allows only a 0 batch
     kernel_size = as_pair(kernel_size, "kernel_size", 1)
     dilation = as_pair(dilation, "dilation", 1)
     padding = as_pair(padding, "padding", 0)
     stride = as_pair(stride, "stride", 1)
-    out_h, out_w = conv_output_hw(x, kernel_size, stride, padding, dilation, "im2col")
+    out_h, out_w = window_output_hw(x, kernel_size, stride, padding, dilation, "im2col")
     shape = (x.shape[0], x.shape[1] * kernel_size[0] * kernel_size[1], out_h * out_w)
-    check_output_size(shape[0] * shape[1] * shape[2], "the im2col output")
-    return (kernel_size, dilation, padding, stride), shape
+    check_output_size(shape, "the im2col output")
+    version = check_choice(version, "version", IM2COL_VERSIONS)
+    return (x, list(kernel_size), list(dilation), list(padding), list(stride), version), shape
 
 
-def gemm_shape(a, b, bias):
-    """Output shape of a @ b (+ bias per row), checking every operand."""
+def gemm_args(a, b, bias, version):
     check_tensor(a, "a", (2, 3))
     check_tensor(b, "b", (2, 3))
     if a.dim() == 3 and b.dim() == 3 and a.shape[0] != b.shape[0]:
@@ -171,13 +64,12 @@ def gemm_shape(a, b, bias):
         shape = (m, n)
     else:
         shape = (a.shape[0] if a.dim() == 3 else b.shape[0], m, n)
-    numel = 1
-    for s in shape:
-        numel = numel * s
-    check_output_size(numel, "the gemm output")
-    return shape
+    check_output_size(shape, "the gemm output")
+    version = check_choice(version, "version", GEMM_VERSIONS)
+    return (a, b, bias, version), shape
 
 
+# ------------------------------------------------------------------------------- conv2d
 def conv2d_padding(padding, kernel: tuple[int, int], stride: tuple[int, int],
                    dilation: tuple[int, int]) -> tuple[int, int]:
     """Numeric padding from an int, a pair, 'valid' or 'same' (as F.conv2d accepts)."""
@@ -199,8 +91,9 @@ def conv2d_padding(padding, kernel: tuple[int, int], stride: tuple[int, int],
     return as_pair(padding, "padding", 0)
 
 
-def conv2d_args(x, weight, bias, stride, padding, dilation, groups):
-    """Normalised (stride, padding, dilation) and the output shape for 4-D x."""
+def conv2d_geometry(x, weight, bias, stride, padding, dilation, groups=1):
+    """The convolution part shared by conv2d and the fused operators: normalised
+    (stride, padding, dilation) and the output shape for 4-D x."""
     # F.conv2d refuses 0 output channels and an empty spatial input. 0 input channels give it
     # a result with 0 output channels, not the convolution's shape: scratchops refuses them.
     check_tensor(x, "input", (4,), nonzero=(2, 3))
@@ -229,97 +122,30 @@ def conv2d_args(x, weight, bias, stride, padding, dilation, groups):
     stride = as_pair(stride, "stride", 1)
     dilation = as_pair(dilation, "dilation", 1)
     padding = conv2d_padding(padding, kernel, stride, dilation)
-    out_h, out_w = conv_output_hw(x, kernel, stride, padding, dilation, "conv2d")
+    out_h, out_w = window_output_hw(x, kernel, stride, padding, dilation, "conv2d")
     shape = (x.shape[0], out_channels, out_h, out_w)
-    check_output_size(shape[0] * shape[1] * shape[2] * shape[3], "the conv2d output")
-    return (stride, padding, dilation), shape
+    check_output_size(shape, "the conv2d output")
+    return [list(stride), list(padding), list(dilation)], shape
 
 
-def as_float(value, name: str) -> float:
-    """A real number as a float: Python or numpy numbers (bools included) and 0-dim real
-    tensors, as torch's number arguments take them; a string, None or anything else is a
-    TypeError."""
-    if isinstance(value, torch.Tensor):
-        if value.dim() != 0 or value.is_complex():
-            raise TypeError(f"{name} must be a real number, got a tensor of shape "
-                            f"{tuple(value.shape)} and dtype {value.dtype}")
-        return float(value)
-    if not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    return float(value)
+def conv2d_algorithm(name) -> int:
+    """The operator's number for conv2d's algorithm `name` (CONV2D_ALGORITHMS)."""
+    if not isinstance(name, str):
+        raise TypeError(f"algorithm must be a string, got {name!r}")
+    if name not in CONV2D_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(CONV2D_ALGORITHMS)}, got {name!r}")
+    return CONV2D_ALGORITHMS[name]
 
 
-def check_per_channel(p, name: str, x_shape, *, exact_1d: bool = False) -> None:
-    """p holds one value per channel of an input of shape (N, C, *): shape (C,), or
-    (C, 1, ..., 1) with one trailing 1 per dimension after C, which is how it broadcasts
-    against the input channel-wise (a (C, 1) against (N, C, H, W) would broadcast along H
-    instead, so it is refused). exact_1d: only (C,) (as F.group_norm's weight and bias)."""
-    x_shape = tuple(x_shape)
-    channels = x_shape[1]
-    check_tensor(p, name, range(1, 9))
-    shapes = [(channels,)]
-    if not exact_1d and len(x_shape) > 2:
-        shapes.append((channels,) + (1,) * (len(x_shape) - 2))
-    if tuple(p.shape) not in shapes:
-        allowed = " or ".join(str(s) for s in shapes)
-        raise ValueError(f"{name} must have shape {allowed} for an input of shape "
-                         f"{x_shape}, got {tuple(p.shape)}")
+def conv2d_args(x, weight, bias, stride, padding, dilation, algorithm, workspace_bytes,
+                gemm_version, *, groups=1):
+    geometry, shape = conv2d_geometry(x, weight, bias, stride, padding, dilation, groups)
+    algorithm = check_choice(algorithm, "algorithm", CONV2D_ALGORITHMS.values())
+    workspace_bytes = check_positive_int(workspace_bytes, "workspace_bytes")
+    gemm_version = check_choice(gemm_version, "gemm_version", IM2COL_GEMM_VERSIONS)
+    return (x, weight, bias, *geometry, algorithm, workspace_bytes, gemm_version), shape
 
 
-def group_norm_params(x_shape, num_groups, weight, bias, scale, eps) -> float:
-    """Checks group norm's parameters for an input of shape x_shape; returns eps as a float."""
-    num_groups = as_int(num_groups, "num_groups")
-    if num_groups <= 0:
-        raise ValueError(f"num_groups must be a positive int, got {num_groups!r}")
-    if x_shape[1] % num_groups != 0:
-        raise ValueError(f"num_groups ({num_groups}) must divide the number of channels "
-                         f"({x_shape[1]})")
-    for p, name in ((weight, "weight"), (bias, "bias")):
-        if p is not None:
-            check_per_channel(p, name, x_shape, exact_1d=True)
-    if scale is not None:
-        check_per_channel(scale, "scale", x_shape)
-    eps = as_float(eps, "eps")
-    if not eps >= 0.0:
-        raise ValueError(f"eps must be non-negative, got {eps}")
-    return eps
-
-
-def group_norm_args(x, num_groups, weight, bias, scale, eps) -> float:
-    """Checks group norm's arguments; returns eps as a float."""
-    check_tensor(x, "input", range(2, 9))
-    return group_norm_params(x.shape, num_groups, weight, bias, scale, eps)
-
-
-def pool_args(x, kernel_size, stride, padding, dilation=1, ceil_mode=False):
-    """Normalised (kernel_size, stride, padding) and output shape of a max pool over 4-D x."""
-    check_tensor(x, "input", (4,), nonzero=(1, 2, 3))  # F.max_pool2d allows only a 0 batch
-    if as_pair(dilation, "dilation", 1) != (1, 1):
-        raise NotImplementedError("scratchops.max_pool2d supports dilation=1 only")
-    if ceil_mode:
-        raise NotImplementedError("scratchops.max_pool2d supports ceil_mode=False only")
-    kernel_size = as_pair(kernel_size, "kernel_size", 1)
-    # F.max_pool2d: stride defaults to the kernel size (None or an empty list).
-    stride = kernel_size if stride is None or (isinstance(stride, Sequence) and len(stride) == 0) \
-        else as_pair(stride, "stride", 1)
-    padding = as_pair(padding, "padding", 0)
-    if any(2 * p > k for p, k in zip(padding, kernel_size)):
-        raise ValueError(f"max_pool2d padding {padding} must be at most half the kernel size "
-                         f"{kernel_size} (as in torch)")
-    out_h, out_w = conv_output_hw(x, kernel_size, stride, padding, (1, 1), "max_pool2d")
-    return (kernel_size, stride, padding), (x.shape[0], x.shape[1], out_h, out_w)
-
-
-def clamp_bounds(min, max) -> tuple[float, float]:
-    """(lo, hi) for clamp: None becomes -inf / +inf; at least one must be given (as torch)."""
-    if min is None and max is None:
-        raise ValueError("clamp needs at least one of min and max (as torch.clamp)")
-    lo = float("-inf") if min is None else as_float(min, "min")
-    hi = float("inf") if max is None else as_float(max, "max")
-    return lo, hi
-
-
-# ------------------------------------------------------------ fused tensor-core operators
 # The packed weights of the tensor-core convolutions (cuda/conv_implicit.cu, tf32x3.cuh):
 # per tile of 64 (Cout <= 64) or 128 output channels and k-block of 32, three tiles of
 # tile-width x 128 bytes, then 256 four-byte flags.
@@ -341,20 +167,20 @@ def check_packed_weight(packed, weight) -> None:
                          f"(uint8, {packed_weight_bytes(weight.shape)} bytes)")
 
 
-def pack_weight_args(weight) -> tuple[int]:
+def conv2d_pack_weight_args(weight):
     check_tensor(weight, "weight", (4,), nonzero=(0, 1, 2, 3))
     if max(weight.shape[2:]) > GEOMETRY_MAX:
         raise ValueError(f"kernel size {tuple(weight.shape[2:])} exceeds {GEOMETRY_MAX}")
-    return (packed_weight_bytes(weight.shape),)
+    return (weight,), (packed_weight_bytes(weight.shape),)
 
 
 def conv2d_min_add_mul_args(x, weight, conv_bias, stride, padding, dilation, constant, bias,
                             factor, packed_weight):
-    """Normalised (stride, padding, dilation), (constant, factor) and the output shape."""
-    geometry, shape = conv2d_args(x, weight, conv_bias, stride, padding, dilation, 1)
+    geometry, shape = conv2d_geometry(x, weight, conv_bias, stride, padding, dilation)
     check_per_channel(bias, "bias", shape)
     check_packed_weight(packed_weight, weight)
-    return geometry, (as_float(constant, "constant"), as_float(factor, "factor")), shape
+    return (x, weight, conv_bias, *geometry, as_float(constant, "constant"), bias,
+            as_float(factor, "factor"), packed_weight), shape
 
 
 # The one-pass P85 kernel (cuda/conv_gn_pool.cu) covers these; ModelNew picks it by them.
@@ -362,12 +188,10 @@ ONE_PASS_MAX_CHANNELS = 64
 ONE_PASS_POOL = 4
 
 
-def conv2d_group_norm_pool_clamp_args(x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale,
-                                      eps, lo, hi, packed_weight):
-    """Checks the one-pass P85 operator's arguments; returns (eps, lo, hi) and the output
-    shape (N, Cout, OH // 4, OW // 4)."""
-    _, conv_shape = conv2d_args(x, weight, conv_bias, 1, 0, 1, 1)
-    eps = group_norm_params(conv_shape, num_groups, gn_weight, gn_bias, scale, eps)
+def conv2d_group_norm_pool_clamp_args(x, weight, conv_bias, num_groups, gn_weight, gn_bias,
+                                      scale, eps, min, max, packed_weight):
+    _, conv_shape = conv2d_geometry(x, weight, conv_bias, 1, 0, 1)
+    num_groups, eps = group_norm_params(conv_shape, num_groups, gn_weight, gn_bias, scale, eps)
     cout, out_h, out_w = conv_shape[1:]
     if cout > ONE_PASS_MAX_CHANNELS:
         raise NotImplementedError(f"conv2d_group_norm_pool_clamp covers at most "
@@ -376,5 +200,92 @@ def conv2d_group_norm_pool_clamp_args(x, weight, conv_bias, num_groups, gn_weigh
         raise ValueError(f"the convolution output {out_h} x {out_w} is smaller than the "
                          f"{ONE_PASS_POOL} x {ONE_PASS_POOL} pooling window")
     check_packed_weight(packed_weight, weight)
-    lo, hi = as_float(lo, "min"), as_float(hi, "max")
-    return (eps, lo, hi), (conv_shape[0], cout, out_h // ONE_PASS_POOL, out_w // ONE_PASS_POOL)
+    args = (x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, eps,
+            as_float(min, "min"), as_float(max, "max"), packed_weight)
+    return args, (conv_shape[0], cout, out_h // ONE_PASS_POOL, out_w // ONE_PASS_POOL)
+
+
+# ------------------------------------------------------------- per-channel and pooling ops
+def group_norm_params(x_shape, num_groups, weight, bias, scale, eps) -> tuple[int, float]:
+    """Group norm's parameters for an input of shape x_shape: (num_groups, eps) normalised."""
+    num_groups = as_int(num_groups, "num_groups")
+    if num_groups <= 0:
+        raise ValueError(f"num_groups must be a positive int, got {num_groups!r}")
+    if x_shape[1] % num_groups != 0:
+        raise ValueError(f"num_groups ({num_groups}) must divide the number of channels "
+                         f"({x_shape[1]})")
+    for p, name in ((weight, "weight"), (bias, "bias")):
+        if p is not None:
+            check_per_channel(p, name, x_shape, exact_1d=True)
+    if scale is not None:
+        check_per_channel(scale, "scale", x_shape)
+    eps = as_float(eps, "eps")
+    if not eps >= 0.0:
+        raise ValueError(f"eps must be non-negative, got {eps}")
+    return num_groups, eps
+
+
+def group_norm_args(x, num_groups, weight, bias, scale, eps, version, *, needs_scale=False):
+    """needs_scale: group_norm_scale's call, where the scale is not optional."""
+    if needs_scale and scale is None:
+        raise ValueError("group_norm_scale needs a scale tensor; use group_norm without one")
+    check_tensor(x, "input", range(2, 9))
+    num_groups, eps = group_norm_params(x.shape, num_groups, weight, bias, scale, eps)
+    version = check_choice(version, "version", GROUP_NORM_VERSIONS)
+    return (x, num_groups, weight, bias, scale, eps, version), tuple(x.shape)
+
+
+def scale_args(x, scale):
+    check_tensor(x, "input", range(2, 9))
+    check_per_channel(scale, "scale", x.shape)
+    return (x, scale), tuple(x.shape)
+
+
+def min_add_mul_args(x, constant, bias, factor):
+    check_tensor(x, "input", range(2, 9))
+    constant = as_float(constant, "constant")
+    factor = as_float(factor, "factor")
+    check_per_channel(bias, "bias", x.shape)
+    return (x, constant, bias, factor), tuple(x.shape)
+
+
+def max_pool2d_clamp_args(x, kernel_size, stride, padding, min, max, version, *, dilation=1,
+                          ceil_mode=False, return_indices=False):
+    """dilation, ceil_mode and return_indices: F.max_pool2d's, accepted at their defaults."""
+    if return_indices:
+        raise NotImplementedError("scratchops.max_pool2d does not return indices")
+    check_tensor(x, "input", (4,), nonzero=(1, 2, 3))  # F.max_pool2d allows only a 0 batch
+    if as_pair(dilation, "dilation", 1) != (1, 1):
+        raise NotImplementedError("scratchops.max_pool2d supports dilation=1 only")
+    if ceil_mode:
+        raise NotImplementedError("scratchops.max_pool2d supports ceil_mode=False only")
+    kernel_size = as_pair(kernel_size, "kernel_size", 1)
+    # F.max_pool2d: stride defaults to the kernel size (None or an empty list).
+    stride = kernel_size if stride is None or (isinstance(stride, Sequence) and len(stride) == 0) \
+        else as_pair(stride, "stride", 1)
+    padding = as_pair(padding, "padding", 0)
+    if any(2 * p > k for p, k in zip(padding, kernel_size)):
+        raise ValueError(f"max_pool2d padding {padding} must be at most half the kernel size "
+                         f"{kernel_size} (as in torch)")
+    out_h, out_w = window_output_hw(x, kernel_size, stride, padding, (1, 1), "max_pool2d")
+    shape = (x.shape[0], x.shape[1], out_h, out_w)
+    check_output_size(shape, "the max_pool2d output")
+    version = check_choice(version, "version", MAX_POOL2D_VERSIONS)
+    args = (x, list(kernel_size), list(stride), list(padding), as_float(min, "min"),
+            as_float(max, "max"), version)
+    return args, shape
+
+
+def clamp_bounds(min, max) -> tuple[float, float]:
+    """(lo, hi) for clamp: None becomes -inf / +inf; at least one must be given (as torch)."""
+    if min is None and max is None:
+        raise ValueError("clamp needs at least one of min and max (as torch.clamp)")
+    lo = float("-inf") if min is None else as_float(min, "min")
+    hi = float("inf") if max is None else as_float(max, "max")
+    return lo, hi
+
+
+def clamp_args(x, min, max):
+    lo, hi = clamp_bounds(min, max)
+    check_tensor(x, "input", range(0, 65))
+    return (x, lo, hi), tuple(x.shape)

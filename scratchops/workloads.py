@@ -24,10 +24,10 @@ KERNELS = ("gemm", "im2col", "conv2d", "conv2d_min_add_mul", "conv2d_group_norm_
            *MEMORY_BOUND[1:])
 
 QUICK_REPEATS = 5
-# The naive GEMM (one thread per output, every operand from global memory; a few TFLOP/s)
-# is timed only up to this many FLOP, which keeps each of its rows to about a second: every
-# square GEMM and the batch-8 problem shapes run, the full-size P31 convolution (3e11 FLOP)
-# gets a skipped row instead.
+# The naive GEMM (one thread per output, every operand from global memory: the slowest
+# version by far, docs/notes.md) is timed only up to this many FLOP, so that its rows do not
+# dominate the sweep: every square GEMM and the batch-8 problem shapes run, the full-size P31
+# convolution (3e11 FLOP) gets a skipped row instead.
 NAIVE_GEMM_VERSION = 1
 NAIVE_MAX_FLOP = 2e11
 
@@ -91,11 +91,16 @@ def _torch_gemm(a, b, bias):
     return torch.baddbmm(bias[:, None], a.expand(b.shape[0], -1, -1), b)
 
 
+def _versions(call, table: dict[int, str]) -> dict[str, Callable[..., torch.Tensor]]:
+    """Every version of a kernel's version table as a `call(..., version=v)`, by name."""
+    return {name: functools.partial(call, version=v) for v, name in table.items()}
+
+
 def _gemm_versions(flop: float, call, table=None) -> tuple[dict, dict]:
     """Every GEMM version (of `table`, default all) as a `call(version=v)` partial, and
     which are skipped at `flop`."""
     table = scratchops.GEMM_VERSIONS if table is None else table
-    versions = {name: functools.partial(call, version=v) for v, name in table.items()}
+    versions = _versions(call, table)
     skip = {}
     if flop > NAIVE_MAX_FLOP and NAIVE_GEMM_VERSION in table:
         skip[table[NAIVE_GEMM_VERSION]] = (
@@ -208,9 +213,11 @@ def p85_one_pass_workloads(quick: bool) -> list[Workload]:
 
 
 def _memory_workload(kernel: str, shape: Sequence[int], make_inputs, reference, ours,
-                     note: str = "") -> Workload:
-    return Workload(kernel, dims(shape), make_inputs, reference, {"scratchops": ours},
-                    note=note)
+                     note: str = "", table: dict[int, str] | None = None) -> Workload:
+    """ours: the scratchops function, taking `version=` when the kernel has a version table
+    (then one row per version)."""
+    versions = {"scratchops": ours} if table is None else _versions(ours, table)
+    return Workload(kernel, dims(shape), make_inputs, reference, versions, note=note)
 
 
 def im2col_workloads(quick: bool) -> list[Workload]:
@@ -221,8 +228,7 @@ def im2col_workloads(quick: bool) -> list[Workload]:
         # builds it in chunks), so a few images.
         shapes = [(8, P85_IN, IMAGE, IMAGE), (BATCH, P85_IN, IMAGE, IMAGE),
                   (2, P31_IN, IMAGE, IMAGE), (8, P31_IN, IMAGE, IMAGE)]
-    versions = {name: functools.partial(_im2col, version=v)
-                for v, name in scratchops.IM2COL_VERSIONS.items()}
+    versions = _versions(_im2col, scratchops.IM2COL_VERSIONS)
     return [Workload("im2col", dims(s), _randn_inputs(x=s), lambda x: F.unfold(x, KERNEL_SIZE),
                      versions, note=f"k{KERNEL_SIZE}") for s in shapes]
 
@@ -241,30 +247,36 @@ def _activation_shapes(channels: int, quick: bool) -> list[tuple[int, ...]]:
 def p85_workloads(kernel: str, quick: bool) -> list[Workload]:
     """The P85 epilogue ops, on activations shaped like P85's convolution output."""
     groups, pool, (lo, hi), eps = P85_GROUPS, P85_POOL, P85_CLAMP, GROUP_NORM_EPS
+    gn_versions, pool_versions = scratchops.GROUP_NORM_VERSIONS, scratchops.MAX_POOL2D_VERSIONS
+    # kernel -> (its parameters, torch's version, ours, ours' version table or None)
     ops = {
         "group_norm": (
             ("weight", "bias"),
             lambda x, weight, bias: F.group_norm(x, groups, weight, bias, eps),
-            lambda x, weight, bias: scratchops.group_norm(x, groups, weight, bias, eps=eps)),
-        "scale": (("s",), lambda x, s: x * s, lambda x, s: scratchops.scale(x, s)),
+            lambda x, weight, bias, version: scratchops.group_norm(
+                x, groups, weight, bias, eps=eps, version=version), gn_versions),
+        "scale": (("s",), lambda x, s: x * s, lambda x, s: scratchops.scale(x, s), None),
         "group_norm_scale": (
             ("weight", "bias", "s"),
             lambda x, weight, bias, s: F.group_norm(x, groups, weight, bias, eps) * s,
-            lambda x, weight, bias, s: scratchops.group_norm_scale(x, groups, weight, bias, s,
-                                                                   eps=eps)),
+            lambda x, weight, bias, s, version: scratchops.group_norm_scale(
+                x, groups, weight, bias, s, eps=eps, version=version), gn_versions),
         "max_pool2d": ((), lambda x: F.max_pool2d(x, pool),
-                       lambda x: scratchops.max_pool2d(x, pool)),
-        "clamp": ((), lambda x: torch.clamp(x, lo, hi), lambda x: scratchops.clamp(x, lo, hi)),
+                       lambda x, version: scratchops.max_pool2d(x, pool, version=version),
+                       pool_versions),
+        "clamp": ((), lambda x: torch.clamp(x, lo, hi), lambda x: scratchops.clamp(x, lo, hi),
+                  None),
         "max_pool2d_clamp": ((), lambda x: torch.clamp(F.max_pool2d(x, pool), lo, hi),
-                             lambda x: scratchops.max_pool2d_clamp(x, pool, min=lo, max=hi)),
+                             lambda x, version: scratchops.max_pool2d_clamp(
+                                 x, pool, min=lo, max=hi, version=version), pool_versions),
     }
-    names, reference, ours = ops[kernel]
+    names, reference, ours, table = ops[kernel]
     note = f"k{pool}" if "pool" in kernel else ""
     # weight and bias are per channel (C,), the scale is (C, 1, 1) as in P85.
     param_shapes = {"weight": (P85_OUT,), "bias": (P85_OUT,), "s": (P85_OUT, 1, 1)}
     return [_memory_workload(kernel, s,
                              _randn_inputs(x=s, **{n: param_shapes[n] for n in names}),
-                             reference, ours, note)
+                             reference, ours, note, table)
             for s in _activation_shapes(P85_OUT, quick)]
 
 

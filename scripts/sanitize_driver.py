@@ -63,13 +63,15 @@ def main():
     for version in scratchops.IM2COL_VERSIONS:
         check(f"im2col v{version}", scratchops.im2col(x, (3, 2), 1, 1, 2, version=version),
               F.unfold(x, (3, 2), 1, 1, 2))
-    for shape, groups in [((2, 6, 5, 7), 3), ((2, 8, 4, 4), 4), ((3, 4), 2)]:
-        x, g, b = r(*shape), r(shape[1]), r(shape[1])
-        check(f"group_norm {shape}", scratchops.group_norm(x, groups, g, b),
-              F.group_norm(x, groups, g, b))
-        s = r(shape[1])
-        check(f"group_norm_scale {shape}", scratchops.group_norm_scale(x, groups, g, b, s),
-              F.group_norm(x, groups, g, b) * s.reshape(shape[1], *([1] * (len(shape) - 2))))
+    for version in scratchops.GROUP_NORM_VERSIONS:
+        for shape, groups in [((2, 6, 5, 7), 3), ((2, 8, 4, 4), 4), ((3, 4), 2)]:
+            x, g, b, s = r(*shape), r(shape[1]), r(shape[1]), r(shape[1])
+            check(f"group_norm v{version} {shape}",
+                  scratchops.group_norm(x, groups, g, b, version=version),
+                  F.group_norm(x, groups, g, b))
+            check(f"group_norm_scale v{version} {shape}",
+                  scratchops.group_norm_scale(x, groups, g, b, s, version=version),
+                  F.group_norm(x, groups, g, b) * s.reshape(shape[1], *([1] * (len(shape) - 2))))
     x, s = r(2, 5, 7, 9), r(5, 1, 1)
     check("scale", scratchops.scale(x, s), x * s)
     check("min_add_mul", scratchops.min_add_mul(x, 0.5, s, 2.0), (torch.clamp_max(x, 0.5) + s) * 2)
@@ -77,9 +79,12 @@ def main():
         x = r(*shape)
         check(f"clamp {shape}", scratchops.clamp(x, -0.2, 0.3), torch.clamp(x, -0.2, 0.3))
     x = r(2, 3, 11, 10)
-    check("max_pool2d", scratchops.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 3, 2, 1))
-    check("max_pool2d_clamp", scratchops.max_pool2d_clamp(x, 4, None, 0, 0.0, 1.0),
-          torch.clamp(F.max_pool2d(x, 4), 0.0, 1.0))
+    for version in scratchops.MAX_POOL2D_VERSIONS:
+        check(f"max_pool2d v{version}", scratchops.max_pool2d(x, 3, 2, 1, version=version),
+              F.max_pool2d(x, 3, 2, 1))
+        check(f"max_pool2d_clamp v{version}",
+              scratchops.max_pool2d_clamp(x, 4, None, 0, 0.0, 1.0, version=version),
+              torch.clamp(F.max_pool2d(x, 4), 0.0, 1.0))
     for name, module in PROBLEMS.items():
         x = torch.rand(2, *module.get_inputs()[0].shape[1:2], 20, 19, device="cuda")
         for label in module.VARIANTS:

@@ -80,10 +80,11 @@ def _operator_samples():
         "conv2d_group_norm_pool_clamp": sample(
             lambda r: (r(2, 3, 11, 10), r(8, 3, 3, 3), r(8), 4, r(8), r(8), r(8, 1, 1), 1e-5,
                        -0.5, 0.5, None)),
-        "group_norm": sample(lambda r: (r(2, 6, 5, 7), 3, r(6), r(6), r(6, 1, 1), 1e-5)),
+        "group_norm": sample(lambda r: (r(2, 6, 5, 7), 3, r(6), r(6), r(6, 1, 1), 1e-5, 2)),
         "scale": sample(lambda r: (r(2, 6, 5, 7), r(6, 1, 1))),
         "min_add_mul": sample(lambda r: (r(2, 6, 5, 7), 0.5, r(6, 1, 1), 2.0)),
-        "max_pool2d_clamp": sample(lambda r: (r(2, 3, 9, 10), [3, 3], [2, 2], [1, 1], -inf, inf)),
+        "max_pool2d_clamp": sample(lambda r: (r(2, 3, 9, 10), [3, 3], [2, 2], [1, 1], -inf, inf,
+                                              2)),
         "clamp": sample(lambda r: (r(3, 5, 7), 0.0, 1.0)),
     }
 

@@ -43,6 +43,13 @@ def test_binding_defines_the_same_schemas():
     assert cuda == _library.SCHEMAS
 
 
+def test_launchers_h_routes_the_tensor_core_gemm_version_of_versions_py():
+    # versions.py defines the numbers; binding.cpp needs to know which one is gemm v5's.
+    text = (REPO / "cuda" / "launchers.h").read_text()
+    number = re.search(r"constexpr int kGemmTensorCoreVersion = (\d+);", text).group(1)
+    assert int(number) == scratchops.versions.GEMM_TENSOR_CORE_VERSION
+
+
 def build(module, label):
     torch.manual_seed(0)
     model = module.Model(*module.get_init_inputs())

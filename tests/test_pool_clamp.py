@@ -8,6 +8,7 @@ import scratchops
 from helpers import assert_matches, poison_next, rand, requires_gpu
 
 pytestmark = requires_gpu
+POOL_VERSIONS = sorted(scratchops.MAX_POOL2D_VERSIONS)
 
 # (input shape, kernel_size, stride, padding): P85's pool, sizes the pool does not divide,
 # padding, asymmetric windows and strides, overlapping windows, batch 1 and one channel.
@@ -26,23 +27,25 @@ def with_specials(x):
     return x
 
 
+@pytest.mark.parametrize("version", POOL_VERSIONS)
 @pytest.mark.parametrize("specials", [False, True])
 @pytest.mark.parametrize("shape,kernel,stride,padding", POOL_CASES)
-def test_max_pool2d(shape, kernel, stride, padding, specials):
+def test_max_pool2d(shape, kernel, stride, padding, specials, version):
     x = rand(*shape)
     if specials:
         with_specials(x)
     ref32 = F.max_pool2d(x, kernel, stride, padding)
     ref64 = F.max_pool2d(x.double(), kernel, stride, padding)
     poison_next(*ref32.shape)
-    out = scratchops.max_pool2d(x, kernel, stride, padding)
+    out = scratchops.max_pool2d(x, kernel, stride, padding, version=version)
     assert_matches(out, ref32, ref64, atol=0, rtol=0, equal_nan=specials)
 
 
-def test_max_pool2d_unbatched():
+@pytest.mark.parametrize("version", POOL_VERSIONS)
+def test_max_pool2d_unbatched(version):
     x = rand(3, 9, 10)
-    torch.testing.assert_close(scratchops.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 3, 2, 1),
-                               atol=0, rtol=0)
+    torch.testing.assert_close(scratchops.max_pool2d(x, 3, 2, 1, version=version),
+                               F.max_pool2d(x, 3, 2, 1), atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("specials", [False, True])
@@ -69,16 +72,17 @@ def test_clamp_unaligned_and_zero_dim():
                                atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("version", POOL_VERSIONS)
 @pytest.mark.parametrize("specials", [False, True])
 @pytest.mark.parametrize("shape,kernel,stride,padding", POOL_CASES)
-def test_max_pool2d_clamp(shape, kernel, stride, padding, specials):
+def test_max_pool2d_clamp(shape, kernel, stride, padding, specials, version):
     x = rand(*shape, low=-1.5, high=1.5)
     if specials:
         with_specials(x)
     ref32 = torch.clamp(F.max_pool2d(x, kernel, stride, padding), 0.0, 1.0)
     ref64 = torch.clamp(F.max_pool2d(x.double(), kernel, stride, padding), 0.0, 1.0)
     poison_next(*ref32.shape)
-    out = scratchops.max_pool2d_clamp(x, kernel, stride, padding, 0.0, 1.0)
+    out = scratchops.max_pool2d_clamp(x, kernel, stride, padding, 0.0, 1.0, version=version)
     assert_matches(out, ref32, ref64, atol=0, rtol=0, equal_nan=specials)
 
 

@@ -2,6 +2,8 @@
 means they work on a brand-new machine), the install hint printed by scratchops is the
 README's, and its operator table lists what is registered."""
 
+import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -88,6 +90,29 @@ def test_the_operator_table_matches_what_is_registered():
     for function, ops in table:
         if function in _library.SCHEMAS:
             assert ops == [function], (function, ops)
+
+
+def test_the_operator_table_shows_each_functions_signature():
+    # Parameter names, kinds (keyword-only after `*`) and defaults, as the functions have them.
+    section = README.split("## Operators", 1)[1].split("\n## ", 1)[0]
+    cells = [row.strip("|").split(" | ")[0].strip().strip("`")
+             for row in section.splitlines() if row.startswith("| `")]
+    required = object()
+    for cell in cells:
+        written = ast.parse(f"def {cell}: pass").body[0].args
+        positional = [(a.arg, required) for a in written.args]
+        for i, default in enumerate(written.defaults, len(positional) - len(written.defaults)):
+            positional[i] = (positional[i][0], eval(compile(ast.Expression(default), cell,
+                                                            "eval"), {}))
+        keyword = [(a.arg, required if d is None else eval(compile(ast.Expression(d), cell,
+                                                                   "eval"), {}))
+                   for a, d in zip(written.kwonlyargs, written.kw_defaults)]
+        parameters = inspect.signature(getattr(scratchops, cell.split("(")[0])).parameters
+        actual = [(p.name, required if p.default is p.empty else p.default, p.kind)
+                  for p in parameters.values()]
+        kinds = [inspect.Parameter.POSITIONAL_OR_KEYWORD] * len(positional) + \
+            [inspect.Parameter.KEYWORD_ONLY] * len(keyword)
+        assert [(n, d, k) for (n, d), k in zip(positional + keyword, kinds)] == actual, cell
 
 
 def test_no_word_a_user_cannot_act_on():

@@ -1,67 +1,61 @@
-// binding.cpp — the one C++ file that includes torch.
+// binding.cpp — the one C++ file that includes torch: the operators' CUDA implementations, in
+// the private namespace scratchops_cuda. The public operators torch.ops.scratchops.<name>,
+// their fakes and autograd are defined in Python (scratchops/_library.py), so they exist and
+// trace without this file being built; their CUDA kernels call these once the extension is
+// loaded (scratchops/_build.py). An operator namespace rather than pybind functions: the
+// dispatcher converts Tensor?, int[2] and float arguments from the same schemas.
 //
-// The public operators torch.ops.scratchops.<name> are defined in Python
-// (scratchops/_library.py) with their fake (meta) and autograd registrations, so they exist,
-// and trace, without this file being built. This file is the CUDA side: it defines the same
-// operators in the private namespace scratchops_cuda with their CUDA implementations, which
-// scratchops.<name>'s CUDA kernel calls once the extension is loaded (scratchops/_build.py:
-// a module-level read on every call, the lock and the build on the first only). A private
-// operator namespace rather than pybind functions: the dispatcher converts Tensor?, int[2]
-// and float arguments from the same schemas, and the library loads without a Python module
-// (is_python_module=False). Autograd and fakes belong to the public operators, so these need
-// only their CUDA kernels.
-//
-// Each implementation checks what memory safety needs (argument errors come from Python
-// first, with friendlier messages), allocates outputs and workspaces, returns an empty output
-// without launching anything, and otherwise calls a launcher from cuda/*.cu on the current
-// stream of the input's device; a CUDA error becomes a Python exception.
+// Argument errors are raised in Python (scratchops/_validate.py), naming the argument, before
+// an operator runs. An operator can still be called directly, so each implementation here
+// checks what keeps a kernel inside its buffers (device, dtype, layout, rank, operand sizes
+// that agree, window geometry in range, every buffer addressable with 32-bit offsets) and no
+// more: the rest is the launchers' documented contract (cuda/launchers.h).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <climits>
 #include <optional>
+#include <vector>
 
 #include "launchers.h"
 
 namespace scratchops {
 namespace {
 
+using at::IntArrayRef;
 using at::Tensor;
 using OptTensor = std::optional<Tensor>;
-constexpr int64_t kMaxGeometry = 65535;  // kernel size, stride, padding, dilation
 
-// A float32, contiguous CUDA tensor of rank in [min_dim, max_dim] that 32-bit offsets can
-// address, on `device` when given.
+// Every buffer holds at most this many elements: kernels index with 32-bit offsets.
+constexpr int64_t kMaxElements = INT_MAX;
+// Kernel size, stride, padding and dilation at most this (scratchops/_checks.py:
+// GEOMETRY_MAX), so that oh * stride + kh * dilation stays far inside 32 bits.
+constexpr int64_t kMaxGeometry = 65535;
+// gemm v5 packs a batched B into a workspace of at most this many bytes, a chunk at a time.
+constexpr long long kGemmWorkspaceBytes = 256LL << 20;
+
+int i32(int64_t v) { return static_cast<int>(v); }  // a size already checked to fit
+float f32(double v) { return static_cast<float>(v); }
+
+// A contiguous float32 CUDA tensor of rank in [min_dim, max_dim], 32-bit addressable, on the
+// device of `like` when given. (Terse: Python has said what is wrong before this runs.)
 void check_tensor(const Tensor& t, const char* name, int64_t min_dim, int64_t max_dim,
-                  const Tensor* same_device_as = nullptr) {
-    TORCH_CHECK(t.is_cuda(), "scratchops: ", name, " must be a CUDA tensor, got ", t.device());
-    TORCH_CHECK(same_device_as == nullptr || t.device() == same_device_as->device(),
-                "scratchops: ", name, " is on ", t.device(), ", the input on ",
-                same_device_as->device());
-    TORCH_CHECK(t.scalar_type() == at::kFloat, "scratchops: ", name, " must be float32");
-    TORCH_CHECK(t.dim() >= min_dim && t.dim() <= max_dim, "scratchops: ", name, " must have ",
-                min_dim, " to ", max_dim, " dimensions, got ", t.dim());
-    TORCH_CHECK(t.is_contiguous(), "scratchops: ", name, " must be contiguous");
-    TORCH_CHECK(t.numel() <= INT_MAX, "scratchops: ", name,
-                " has more than 2^31-1 elements (32-bit indexing)");
+                  const Tensor* like = nullptr) {
+    TORCH_CHECK(t.is_cuda() && (like == nullptr || t.device() == like->device()),
+                "scratchops: ", name, " must be a CUDA tensor on the input's device");
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() >= min_dim &&
+                    t.dim() <= max_dim && t.numel() <= kMaxElements,
+                "scratchops: ", name, " must be a contiguous float32 tensor of ", min_dim, " to ",
+                max_dim, " dimensions and at most 2^31-1 elements");
 }
 
-void check_fits(int64_t numel, const char* what) {
-    TORCH_CHECK(numel <= INT_MAX, "scratchops: ", what,
-                " would have more than 2^31-1 elements (32-bit indexing)");
-}
-
-void check_cuda(cudaError_t err, const char* what) {
-    TORCH_CHECK(err == cudaSuccess, "scratchops: ", what, " failed: ", cudaGetErrorString(err));
-}
-
-// Per-channel parameters: `length` values of any shape (Python checks (C,) or (C, 1, 1)).
+// A per-channel parameter of `length` values (Python checks its shape), or nullptr.
 const float* optional_vector(const OptTensor& p, const Tensor& x, const char* name,
                              int64_t length) {
     if (!p.has_value()) return nullptr;
@@ -70,336 +64,266 @@ const float* optional_vector(const OptTensor& p, const Tensor& x, const char* na
     return p->data_ptr<float>();
 }
 
-// The tensor-core kernels are sm_90a code (wgmma): an sm_90 GPU (H100, H200) only.
+// The tensor-core kernels are sm_90a code (wgmma), left empty in a build for other GPUs.
 void check_tensor_cores(const Tensor& t, const char* what) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, t.device().index());
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, t.device().index());
     TORCH_CHECK(major == 9 && minor == 0, "scratchops: ", what, " runs on the tensor cores of an "
                 "sm_90 GPU (H100, H200); this GPU is sm_", major, minor,
-                " (conv2d: use algorithm='im2col_gemm'; gemm: version 1-3)");
+                " (conv2d: use algorithm='im2col_gemm'; gemm: version 1-4)");
 }
 
-cudaStream_t stream_of(const Tensor& t) {
-    return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-}
-
-// The window geometry of im2col and conv2d on a 4-D input: sizes in range, output non-empty.
-Conv2dGeometry window(const Tensor& x, int64_t kernel_h, int64_t kernel_w, at::IntArrayRef stride,
-                      at::IntArrayRef padding, at::IntArrayRef dilation) {
-    TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
-                "scratchops: stride, padding and dilation must have 2 values");
-    const int64_t v[] = {kernel_h, kernel_w, stride[0], stride[1], padding[0] + 1, padding[1] + 1,
-                         dilation[0], dilation[1]};
-    for (int64_t value : v)
-        TORCH_CHECK(value >= 1 && value <= kMaxGeometry, "scratchops: kernel size, stride, "
-                    "padding and dilation must be in range (1..65535, padding 0..65534)");
-    Conv2dGeometry g{};
-    g.channels = static_cast<int>(x.size(1));
-    g.height = static_cast<int>(x.size(2));
-    g.width = static_cast<int>(x.size(3));
-    g.kernel_h = static_cast<int>(kernel_h);
-    g.kernel_w = static_cast<int>(kernel_w);
-    g.stride_h = static_cast<int>(stride[0]);
-    g.stride_w = static_cast<int>(stride[1]);
-    g.pad_h = static_cast<int>(padding[0]);
-    g.pad_w = static_cast<int>(padding[1]);
-    g.dil_h = static_cast<int>(dilation[0]);
-    g.dil_w = static_cast<int>(dilation[1]);
-    const int64_t span_h = dilation[0] * (kernel_h - 1) + 1, span_w = dilation[1] * (kernel_w - 1) + 1;
-    TORCH_CHECK(x.size(2) + 2 * g.pad_h >= span_h && x.size(3) + 2 * g.pad_w >= span_w,
-                "scratchops: the (dilated) kernel is larger than the padded input");
-    g.out_h = static_cast<int>((x.size(2) + 2 * g.pad_h - span_h) / g.stride_h + 1);
-    g.out_w = static_cast<int>((x.size(3) + 2 * g.pad_w - span_w) / g.stride_w + 1);
-    return g;
-}
-
-// ---------------------------------------------------------------------------- GEMM, im2col
-Tensor im2col_cuda(const Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef dilation,
-                   at::IntArrayRef padding, at::IntArrayRef stride, int64_t version) {
-    check_tensor(x, "input", 4, 4);
-    TORCH_CHECK(kernel_size.size() == 2, "scratchops: kernel_size must have 2 values");
-    const Conv2dGeometry g = window(x, kernel_size[0], kernel_size[1], stride, padding, dilation);
-    const int64_t taps = static_cast<int64_t>(g.channels) * g.kernel_h * g.kernel_w;
-    const int64_t pixels = static_cast<int64_t>(g.out_h) * g.out_w;
-    check_fits(x.size(0) * taps * pixels, "the im2col output");
+// Every operator ends here: an output of `shape` (checked to be 32-bit addressable) on x's
+// device, which launch(output, stream) fills on x's current stream unless it is empty. A
+// workspace the launch allocates may be freed when it returns: the caching allocator hands it
+// out again only in that stream's order. A failed launch raises, naming `what`.
+template <typename T = float, typename Launch>
+Tensor launch_into(const Tensor& x, IntArrayRef shape, const char* what, Launch&& launch) {
+    TORCH_CHECK(c10::multiply_integers(shape) <= kMaxElements, "scratchops: the ", what,
+                " output would have more than 2^31-1 elements (32-bit indexing)");
     c10::cuda::CUDAGuard guard(x.device());
-    Tensor cols = at::empty({x.size(0), taps, pixels}, x.options());
-    if (cols.numel() == 0) return cols;
-    check_cuda(im2col_launch(static_cast<int>(version), x.data_ptr<float>(), cols.data_ptr<float>(),
-                             static_cast<int>(x.size(0)), g, 0, static_cast<int>(pixels),
-                             stream_of(x)),
-               "im2col");
-    return cols;
+    Tensor y = at::empty(shape, x.options().dtype(c10::CppTypeToScalarType<T>::value));
+    if (y.numel() == 0) return y;
+    const cudaError_t err =
+        launch(y.data_ptr<T>(), c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+    TORCH_CHECK(err == cudaSuccess, "scratchops: ", what, " failed: ", cudaGetErrorString(err));
+    return y;
+}
+
+// The window of im2col, conv2d and max_pool2d over 4-D x: sizes in range, the padded input
+// 32-bit addressable and holding at least one window, so out_h, out_w >= 1.
+Conv2dGeometry window(const Tensor& x, IntArrayRef kernel, IntArrayRef stride,
+                      IntArrayRef padding, IntArrayRef dilation) {
+    TORCH_CHECK(kernel.size() == 2 && stride.size() == 2 && padding.size() == 2 &&
+                    dilation.size() == 2, "scratchops: window sizes must have 2 values");
+    int64_t out[2];
+    for (int i = 0; i < 2; ++i) {
+        const int64_t padded = x.size(2 + i) + 2 * padding[i];
+        const int64_t span = dilation[i] * (kernel[i] - 1) + 1;
+        TORCH_CHECK(std::min({kernel[i], stride[i], dilation[i], padding[i] + 1}) >= 1 &&
+                        std::max({kernel[i], stride[i], dilation[i], padding[i]}) <= kMaxGeometry &&
+                        padded <= kMaxElements && padded >= span,
+                    "scratchops: window sizes out of range, or the window exceeds the input");
+        out[i] = (padded - span) / stride[i] + 1;
+    }
+    return {i32(x.size(1)), i32(x.size(2)), i32(x.size(3)), i32(kernel[0]), i32(kernel[1]),
+            i32(stride[0]), i32(stride[1]), i32(padding[0]), i32(padding[1]), i32(dilation[0]),
+            i32(dilation[1]), i32(out[0]), i32(out[1])};
+}
+
+// ---------------------------------------------------------------------------- im2col, GEMM
+Tensor im2col_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayRef dilation,
+                   IntArrayRef padding, IntArrayRef stride, int64_t version) {
+    check_tensor(x, "input", 4, 4);
+    const Conv2dGeometry g = window(x, kernel_size, stride, padding, dilation);
+    const int64_t taps = int64_t{g.channels} * g.kernel_h * g.kernel_w;
+    const int64_t pixels = int64_t{g.out_h} * g.out_w;
+    return launch_into(x, {x.size(0), taps, pixels}, "im2col", [&](float* cols, cudaStream_t s) {
+        return im2col_launch(i32(version), x.data_ptr<float>(), cols, i32(x.size(0)), g, 0,
+                             i32(pixels), s);
+    });
 }
 
 // a @ b (+ bias per row) for (M,K)@(K,N), (B,M,K)@(B,K,N) and a 2-D operand shared by a batch.
 Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias, int64_t version) {
     check_tensor(a, "a", 2, 3);
     check_tensor(b, "b", 2, 3, &a);
-    const int64_t batch = a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1);
-    TORCH_CHECK(a.dim() == 2 || b.dim() == 2 || a.size(0) == b.size(0),
-                "scratchops: gemm batch sizes differ");
     const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-    TORCH_CHECK(b.size(-2) == K, "scratchops: gemm inner dimensions differ");
-    check_fits(batch * M * N, "the gemm output");
+    TORCH_CHECK(b.size(-2) == K && (a.dim() == 2 || b.dim() == 2 || a.size(0) == b.size(0)),
+                "scratchops: gemm inner dimensions or batch sizes differ");
     const float* bias_ptr = optional_vector(bias, a, "bias", M);
-    c10::cuda::CUDAGuard guard(a.device());
-    Tensor c = a.dim() == 3 || b.dim() == 3 ? at::empty({batch, M, N}, a.options())
-                                            : at::empty({M, N}, a.options());
-    if (c.numel() == 0) return c;
+    const int batch = i32(a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1));
+    std::vector<int64_t> shape{M, N};
+    if (a.dim() == 3 || b.dim() == 3) shape.insert(shape.begin(), batch);
     const long long sa = a.dim() == 3 ? M * K : 0, sb = b.dim() == 3 ? K * N : 0;
-    const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
-    if (version == kGemmTensorCoreVersion && K > 0) {  // (K = 0: the bias alone, below)
+    const int m = i32(M), n = i32(N), k = i32(K);
+    const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+    return launch_into(a, shape, "gemm", [&](float* c, cudaStream_t s) {
+        if (version != kGemmTensorCoreVersion || k == 0)  // (K = 0: the bias alone, any version)
+            return gemm_launch(version == kGemmTensorCoreVersion ? 1 : i32(version), pa, pb,
+                               bias_ptr, c, m, n, k, k, n, n, sa, sb, M * N, batch, s);
         check_tensor_cores(a, "gemm version 5");
-        // The packed B, a chunk of batch entries at a time when B is batched (<= 256 MiB).
-        long long bytes = gemm_tf32x3_workspace_bytes(n, k, static_cast<int>(batch), sb);
-        if (sb != 0 && bytes > (256LL << 20))
-            bytes = std::max(256LL << 20, gemm_tf32x3_workspace_bytes(n, k, 1, sb));
+        long long bytes = gemm_tf32x3_workspace_bytes(n, k, batch, sb);
+        if (sb != 0 && bytes > kGemmWorkspaceBytes)  // but room for one batch entry's B
+            bytes = std::max(kGemmWorkspaceBytes, gemm_tf32x3_workspace_bytes(n, k, 1, sb));
         Tensor ws = at::empty({bytes}, a.options().dtype(at::kByte));
-        check_cuda(gemm_tf32x3_launch(a.data_ptr<float>(), b.data_ptr<float>(), bias_ptr,
-                                      c.data_ptr<float>(), m, n, k, k, n, n, sa, sb, M * N,
-                                      static_cast<int>(batch), ws.data_ptr(), bytes, stream_of(a)),
-                   "gemm (tensor cores)");
-        return c;
-    }
-    check_cuda(gemm_launch(version == kGemmTensorCoreVersion ? 1 : static_cast<int>(version),
-                           a.data_ptr<float>(), b.data_ptr<float>(),
-                           bias_ptr, c.data_ptr<float>(), m, n, k, k, n, n, sa, sb, M * N,
-                           static_cast<int>(batch), stream_of(a)),
-               "gemm");
-    return c;
+        return gemm_tf32x3_launch(pa, pb, bias_ptr, c, m, n, k, k, n, n, sa, sb, M * N, batch,
+                                  ws.data_ptr(), bytes, s);
+    });
 }
 
 // ------------------------------------------------------------------------------ conv2d
+// What every convolution shares: x, weight and bias checked, the window and the output shape.
 struct Conv {
+    const float *x, *bias;
+    int batch, cout;
     Conv2dGeometry g;
-    Tensor y;
-    const float* bias;
+    std::vector<int64_t> shape;  // (N, Cout, out_h, out_w)
 };
-
-// Checks x, weight and bias, allocates y (N, Cout, out_h, out_w); y may be empty.
 Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
-                at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
     check_tensor(x, "input", 4, 4);
     check_tensor(weight, "weight", 4, 4, &x);
     TORCH_CHECK(weight.size(1) == x.size(1), "scratchops: weight and input channels differ");
-    const Conv2dGeometry g = window(x, weight.size(2), weight.size(3), stride, padding, dilation);
-    check_fits(x.size(0) * weight.size(0) * g.out_h * g.out_w, "the conv2d output");
-    const float* b = optional_vector(bias, x, "bias", weight.size(0));
-    return {g, at::empty({x.size(0), weight.size(0), g.out_h, g.out_w}, x.options()), b};
+    const Conv2dGeometry g = window(x, weight.sizes().slice(2), stride, padding, dilation);
+    return {x.data_ptr<float>(), optional_vector(bias, x, "bias", weight.size(0)),
+            i32(x.size(0)), i32(weight.size(0)), g, {x.size(0), weight.size(0), g.out_h, g.out_w}};
 }
 
-// The weights packed for the tensor-core kernels (conv2d_implicit_pack).
-Tensor conv2d_pack_weight_cuda(const Tensor& weight) {
-    check_tensor(weight, "weight", 4, 4);
-    TORCH_CHECK(weight.size(2) <= kMaxGeometry && weight.size(3) <= kMaxGeometry,
-                "scratchops: kernel size out of range");
-    Conv2dGeometry g{};
-    g.channels = static_cast<int>(weight.size(1));
-    g.kernel_h = static_cast<int>(weight.size(2));
-    g.kernel_w = static_cast<int>(weight.size(3));
-    const int cout = static_cast<int>(weight.size(0));
-    c10::cuda::CUDAGuard guard(weight.device());
-    Tensor packed = at::empty({conv2d_implicit_packed_bytes(g, cout)},
-                              weight.options().dtype(at::kByte));
-    if (weight.numel() > 0)
-        check_cuda(conv2d_implicit_pack(weight.data_ptr<float>(), cout, g, packed.data_ptr(),
-                                        stream_of(weight)),
-                   "conv2d weight packing");
-    return packed;
+// What the weight packing reads of the geometry: the channels and the kernel size.
+Conv2dGeometry weight_geometry(const Tensor& w) {
+    return {i32(w.size(1)), 0, 0, i32(w.size(2)), i32(w.size(3)), 0, 0, 0, 0, 0, 0, 0, 0};
 }
 
-// `packed` as given (checked against the weight's packed size), or packed now.
-Tensor packed_for(const Tensor& weight, const OptTensor& packed) {
-    check_tensor_cores(weight, "this convolution");
-    if (!packed.has_value()) return conv2d_pack_weight_cuda(weight);
-    Conv2dGeometry g{};
-    g.channels = static_cast<int>(weight.size(1));
-    g.kernel_h = static_cast<int>(weight.size(2));
-    g.kernel_w = static_cast<int>(weight.size(3));
-    TORCH_CHECK(packed->is_cuda() && packed->device() == weight.device() &&
+Tensor conv2d_pack_weight_cuda(const Tensor& w) {
+    check_tensor(w, "weight", 4, 4);
+    TORCH_CHECK(std::max(w.size(2), w.size(3)) <= kMaxGeometry, "scratchops: kernel too large");
+    const int cout = i32(w.size(0));
+    return launch_into<uint8_t>(w, {conv2d_implicit_packed_bytes(weight_geometry(w), cout)},
+                                "weight packing", [&](uint8_t* packed, cudaStream_t s) {
+        return w.numel() == 0 ? cudaSuccess  // (the flags alone)
+                              : conv2d_implicit_pack(w.data_ptr<float>(), cout,
+                                                     weight_geometry(w), packed, s);
+    });
+}
+
+// `packed` as given (checked to be the weight's packed size), or the weight packed now.
+Tensor packed_for(const Tensor& w, const OptTensor& packed) {
+    check_tensor_cores(w, "this convolution");
+    if (!packed.has_value()) return conv2d_pack_weight_cuda(w);
+    TORCH_CHECK(packed->is_cuda() && packed->device() == w.device() &&
                     packed->scalar_type() == at::kByte && packed->dim() == 1 &&
-                    packed->numel() == conv2d_implicit_packed_bytes(g, weight.size(0)),
+                    packed->numel() == conv2d_implicit_packed_bytes(weight_geometry(w),
+                                                                    i32(w.size(0))),
                 "scratchops: packed_weight is not conv2d_pack_weight(weight)");
     return *packed;
 }
 
-// algorithm 0: im2col + gemm (versions 1-3) in a bounded workspace; 1: implicit GEMM on the
-// tensor cores (sm_90).
+// algorithm 0: im2col + gemm in a bounded workspace; 1: implicit GEMM on the tensor cores.
 Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
-                   at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                   IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                    int64_t algorithm, int64_t workspace_bytes, int64_t gemm_version) {
-    Conv c = conv_setup(x, weight, bias, stride, padding, dilation);
-    if (c.y.numel() == 0) return c.y;
-    c10::cuda::CUDAGuard guard(x.device());
-    const int batch = static_cast<int>(x.size(0)), cout = static_cast<int>(weight.size(0));
-    if (algorithm == 1) {
-        const Tensor packed = packed_for(weight, std::nullopt);
-        check_cuda(conv2d_implicit_launch(x.data_ptr<float>(), packed.data_ptr(), c.bias,
-                                          c.y.data_ptr<float>(), batch, cout, c.g,
-                                          ConvTail{ConvTail::kNone, 0.0f, nullptr, 1.0f},
-                                          stream_of(x)),
-                   "conv2d (implicit GEMM)");
-        return c.y;
-    }
-    const long long floats = conv2d_im2col_workspace_floats(batch, c.g, workspace_bytes);
-    Tensor cols = at::empty({floats}, x.options());
-    check_cuda(conv2d_im2col_launch(x.data_ptr<float>(), weight.data_ptr<float>(), c.bias,
-                                    c.y.data_ptr<float>(), batch, cout, c.g,
-                                    static_cast<int>(gemm_version), cols.data_ptr<float>(), floats,
-                                    stream_of(x)),
-               "conv2d (im2col + gemm)");
-    return c.y;
+    const Conv c = conv_setup(x, weight, bias, stride, padding, dilation);
+    return launch_into(x, c.shape, "conv2d", [&](float* y, cudaStream_t s) {
+        if (algorithm == 1)
+            return conv2d_implicit_launch(c.x, packed_for(weight, std::nullopt).data_ptr(), c.bias,
+                                          y, c.batch, c.cout, c.g,
+                                          ConvTail{ConvTail::kNone, 0.0f, nullptr, 1.0f}, s);
+        const long long floats = conv2d_im2col_workspace_floats(c.batch, c.g, workspace_bytes);
+        Tensor cols = at::empty({floats}, x.options());
+        return conv2d_im2col_launch(c.x, weight.data_ptr<float>(), c.bias, y, c.batch, c.cout,
+                                    c.g, i32(gemm_version), cols.data_ptr<float>(), floats, s);
+    });
 }
 
 // P31 in one kernel: (min(conv2d(x) + conv_bias, constant) + bias) * factor.
 Tensor conv2d_min_add_mul_cuda(const Tensor& x, const Tensor& weight, const OptTensor& conv_bias,
-                               at::IntArrayRef stride, at::IntArrayRef padding,
-                               at::IntArrayRef dilation, double constant, const Tensor& bias,
-                               double factor, const OptTensor& packed_weight) {
-    Conv c = conv_setup(x, weight, conv_bias, stride, padding, dilation);
-    const float* b = optional_vector(bias, x, "bias", weight.size(0));
-    if (c.y.numel() == 0) return c.y;
-    c10::cuda::CUDAGuard guard(x.device());
-    const Tensor packed = packed_for(weight, packed_weight);
-    const ConvTail tail{ConvTail::kMinAddMul, static_cast<float>(constant), b,
-                        static_cast<float>(factor)};
-    check_cuda(conv2d_implicit_launch(x.data_ptr<float>(), packed.data_ptr(), c.bias,
-                                      c.y.data_ptr<float>(), static_cast<int>(x.size(0)),
-                                      static_cast<int>(weight.size(0)), c.g, tail, stream_of(x)),
-               "conv2d_min_add_mul");
-    return c.y;
+                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                               double constant, const Tensor& bias, double factor,
+                               const OptTensor& packed_weight) {
+    const Conv c = conv_setup(x, weight, conv_bias, stride, padding, dilation);
+    const ConvTail tail{ConvTail::kMinAddMul, f32(constant),
+                        optional_vector(bias, x, "bias", c.cout), f32(factor)};
+    return launch_into(x, c.shape, "conv2d_min_add_mul", [&](float* y, cudaStream_t s) {
+        return conv2d_implicit_launch(c.x, packed_for(weight, packed_weight).data_ptr(), c.bias,
+                                      y, c.batch, c.cout, c.g, tail, s);
+    });
 }
 
-// P85 in one pass: clamp(max_pool2d(group_norm(conv2d(x)) * scale, 4), min, max).
+// P85 in one pass: clamp(max_pool2d(group_norm(conv2d(x)) * scale, 4), min, max). The
+// launcher refuses (cudaErrorInvalidValue) what its one pass does not cover.
 Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
                                          const OptTensor& conv_bias, int64_t num_groups,
                                          const OptTensor& gn_weight, const OptTensor& gn_bias,
                                          const OptTensor& scale, double eps, double min,
                                          double max, const OptTensor& packed_weight) {
     const int64_t one[] = {1, 1}, zero[] = {0, 0};
-    Conv c = conv_setup(x, weight, conv_bias, one, zero, one);
-    const int64_t cout = weight.size(0);
-    TORCH_CHECK(cout <= 64 && num_groups > 0 && cout % num_groups == 0 && c.g.out_h >= 4 &&
-                    c.g.out_w >= 4,
-                "scratchops: conv2d_group_norm_pool_clamp covers <= 64 output channels in "
-                "whole groups and a conv output of at least 4 x 4");
-    GnPoolArgs a{c.bias,
-                 optional_vector(gn_weight, x, "gn_weight", cout),
-                 optional_vector(gn_bias, x, "gn_bias", cout),
-                 optional_vector(scale, x, "scale", cout),
-                 static_cast<int>(num_groups),
-                 static_cast<float>(eps),
-                 static_cast<float>(min),
-                 static_cast<float>(max)};
-    c10::cuda::CUDAGuard guard(x.device());
-    Tensor y = at::empty({x.size(0), cout, c.g.out_h / 4, c.g.out_w / 4}, x.options());
-    if (y.numel() == 0) return y;
-    const Tensor packed = packed_for(weight, packed_weight);
-    Tensor ws = at::empty(
-        {conv_gn_pool_workspace_bytes(static_cast<int>(x.size(0)), static_cast<int>(cout), c.g,
-                                      static_cast<int>(num_groups))},
-        x.options().dtype(at::kByte));
-    check_cuda(conv_gn_pool_launch(x.data_ptr<float>(), packed.data_ptr(), a, y.data_ptr<float>(),
-                                   static_cast<int>(x.size(0)), static_cast<int>(cout), c.g,
-                                   ws.data_ptr(), stream_of(x)),
-               "conv2d_group_norm_pool_clamp");
-    return y;
+    const Conv c = conv_setup(x, weight, conv_bias, one, zero, one);
+    const GnPoolArgs a{c.bias, optional_vector(gn_weight, x, "gn_weight", c.cout),
+                       optional_vector(gn_bias, x, "gn_bias", c.cout),
+                       optional_vector(scale, x, "scale", c.cout), i32(num_groups), f32(eps),
+                       f32(min), f32(max)};
+    return launch_into(x, {x.size(0), c.cout, c.g.out_h / 4, c.g.out_w / 4},
+                       "conv2d_group_norm_pool_clamp", [&](float* y, cudaStream_t s) {
+        const Tensor packed = packed_for(weight, packed_weight);
+        Tensor ws = at::empty({conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups)},
+                              x.options().dtype(at::kByte));
+        return conv_gn_pool_launch(c.x, packed.data_ptr(), a, y, c.batch, c.cout, c.g,
+                                   ws.data_ptr(), s);
+    });
 }
 
-// ------------------------------------------------------ per-channel ops on (N, C, *) tensors
+// ---------------------------------------------------- per-channel ops on (N, C, *) tensors
 struct Planes {
-    int batch, channels, plane_size;
+    const float* x;
+    int batch, channels, size;  // size: the elements of one (n, c) plane
 };
 Planes planes(const Tensor& x) {
     check_tensor(x, "input", 2, 8);
     const int64_t nc = x.size(0) * x.size(1);
-    return {static_cast<int>(x.size(0)), static_cast<int>(x.size(1)),
-            static_cast<int>(nc == 0 ? 0 : x.numel() / nc)};
+    return {x.data_ptr<float>(), i32(x.size(0)), i32(x.size(1)), i32(nc ? x.numel() / nc : 0)};
 }
 
 Tensor group_norm_cuda(const Tensor& x, int64_t num_groups, const OptTensor& weight,
-                       const OptTensor& bias, const OptTensor& scale, double eps) {
-    const Planes v = planes(x);
-    TORCH_CHECK(num_groups > 0 && v.channels % num_groups == 0,
+                       const OptTensor& bias, const OptTensor& scale, double eps,
+                       int64_t version) {
+    const Planes p = planes(x);
+    // Channel c of sample n reads the statistics of group n * groups + c / (C / groups).
+    TORCH_CHECK(num_groups > 0 && p.channels % num_groups == 0,
                 "scratchops: num_groups must divide the channels");
-    const float* gamma = optional_vector(weight, x, "weight", v.channels);
-    const float* beta = optional_vector(bias, x, "bias", v.channels);
-    const float* s = optional_vector(scale, x, "scale", v.channels);
-    c10::cuda::CUDAGuard guard(x.device());
-    Tensor y = at::empty_like(x);
-    if (y.numel() == 0) return y;
-    Tensor stats = at::empty({2 * x.size(0) * num_groups}, x.options());
-    check_cuda(group_norm_launch(x.data_ptr<float>(), y.data_ptr<float>(), gamma, beta, s,
-                                 stats.data_ptr<float>(), v.batch, v.channels, v.plane_size,
-                                 static_cast<int>(num_groups), static_cast<float>(eps),
-                                 stream_of(x)),
-               "group_norm");
-    return y;
+    const float* gamma = optional_vector(weight, x, "weight", p.channels);
+    const float* beta = optional_vector(bias, x, "bias", p.channels);
+    const float* s = optional_vector(scale, x, "scale", p.channels);
+    return launch_into(x, x.sizes(), "group_norm", [&](float* y, cudaStream_t stream) {
+        Tensor stats = at::empty({2 * p.batch * num_groups}, x.options());  // mean, 1/std
+        return group_norm_launch(i32(version), p.x, y, gamma, beta, s, stats.data_ptr<float>(),
+                                 p.batch, p.channels, p.size, i32(num_groups), f32(eps), stream);
+    });
 }
 
 Tensor scale_cuda(const Tensor& x, const Tensor& scale) {
-    const Planes v = planes(x);
-    const float* s = optional_vector(scale, x, "scale", v.channels);
-    c10::cuda::CUDAGuard guard(x.device());
-    Tensor y = at::empty_like(x);
-    if (y.numel() == 0) return y;
-    check_cuda(scale_launch(x.data_ptr<float>(), s, y.data_ptr<float>(), v.batch, v.channels,
-                            v.plane_size, stream_of(x)),
-               "scale");
-    return y;
+    const Planes p = planes(x);
+    const float* s = optional_vector(scale, x, "scale", p.channels);
+    return launch_into(x, x.sizes(), "scale", [&](float* y, cudaStream_t stream) {
+        return scale_launch(p.x, s, y, p.batch, p.channels, p.size, stream);
+    });
 }
 
 Tensor min_add_mul_cuda(const Tensor& x, double constant, const Tensor& bias, double factor) {
-    const Planes v = planes(x);
-    const float* b = optional_vector(bias, x, "bias", v.channels);
-    c10::cuda::CUDAGuard guard(x.device());
-    Tensor y = at::empty_like(x);
-    if (y.numel() == 0) return y;
-    check_cuda(min_add_mul_launch(x.data_ptr<float>(), static_cast<float>(constant), b,
-                                  static_cast<float>(factor), y.data_ptr<float>(), v.batch,
-                                  v.channels, v.plane_size, stream_of(x)),
-               "min_add_mul");
-    return y;
+    const Planes p = planes(x);
+    const float* b = optional_vector(bias, x, "bias", p.channels);
+    return launch_into(x, x.sizes(), "min_add_mul", [&](float* y, cudaStream_t stream) {
+        return min_add_mul_launch(p.x, f32(constant), b, f32(factor), y, p.batch, p.channels,
+                                  p.size, stream);
+    });
 }
 
-// ------------------------------------------------------------------- pooling and clamp
-Tensor max_pool2d_clamp_cuda(const Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
-                             at::IntArrayRef padding, double min, double max) {
+// --------------------------------------------------------------------- pooling and clamp
+Tensor max_pool2d_clamp_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride,
+                             IntArrayRef padding, double min, double max, int64_t version) {
     check_tensor(x, "input", 4, 4);
-    TORCH_CHECK(kernel_size.size() == 2, "scratchops: kernel_size must have 2 values");
     const int64_t one[] = {1, 1};
-    const Conv2dGeometry w = window(x, kernel_size[0], kernel_size[1], stride, padding, one);
-    TORCH_CHECK(2 * w.pad_h <= w.kernel_h && 2 * w.pad_w <= w.kernel_w,
-                "scratchops: max_pool2d padding must be at most half the kernel");
-    const PoolGeometry g{w.height, w.width, w.kernel_h, w.kernel_w, w.stride_h, w.stride_w,
-                         w.pad_h,  w.pad_w, w.out_h,    w.out_w};
-    c10::cuda::CUDAGuard guard(x.device());
-    Tensor y = at::empty({x.size(0), x.size(1), g.out_h, g.out_w}, x.options());
-    if (y.numel() == 0) return y;
-    check_cuda(max_pool2d_clamp_launch(x.data_ptr<float>(), y.data_ptr<float>(),
-                                       static_cast<int>(x.size(0) * x.size(1)), g,
-                                       static_cast<float>(min), static_cast<float>(max),
-                                       stream_of(x)),
-               "max_pool2d_clamp");
-    return y;
+    const Conv2dGeometry w = window(x, kernel_size, stride, padding, one);
+    const PoolGeometry g{w.height, w.width, w.kernel_h, w.kernel_w, w.stride_h,
+                         w.stride_w, w.pad_h, w.pad_w, w.out_h, w.out_w};
+    return launch_into(x, {x.size(0), x.size(1), g.out_h, g.out_w}, "max_pool2d_clamp",
+                       [&](float* y, cudaStream_t s) {
+        return max_pool2d_clamp_launch(i32(version), x.data_ptr<float>(), y,
+                                       i32(x.size(0) * x.size(1)), g, f32(min), f32(max), s);
+    });
 }
 
 Tensor clamp_cuda(const Tensor& x, double min, double max) {
     check_tensor(x, "input", 0, 64);
-    c10::cuda::CUDAGuard guard(x.device());
-    Tensor y = at::empty_like(x);
-    if (y.numel() == 0) return y;
-    check_cuda(clamp_launch(x.data_ptr<float>(), y.data_ptr<float>(), static_cast<int>(x.numel()),
-                            static_cast<float>(min), static_cast<float>(max), stream_of(x)),
-               "clamp");
-    return y;
+    return launch_into(x, x.sizes(), "clamp", [&](float* y, cudaStream_t s) {
+        return clamp_launch(x.data_ptr<float>(), y, i32(x.numel()), f32(min), f32(max), s);
+    });
 }
 
 }  // namespace
 
-// The schemas repeat scratchops/_library.py's (a test compares them).
+// The schemas repeat scratchops/_library.py's (tests/test_library.py compares the two).
 TORCH_LIBRARY(scratchops_cuda, m) {
     m.def("im2col(Tensor input, int[2] kernel_size, int[2] dilation, int[2] padding, "
           "int[2] stride, int version) -> Tensor");
@@ -414,11 +338,11 @@ TORCH_LIBRARY(scratchops_cuda, m) {
           "int num_groups, Tensor? gn_weight, Tensor? gn_bias, Tensor? scale, float eps, "
           "float min, float max, Tensor? packed_weight) -> Tensor");
     m.def("group_norm(Tensor input, int num_groups, Tensor? weight, Tensor? bias, "
-          "Tensor? scale, float eps) -> Tensor");
+          "Tensor? scale, float eps, int version) -> Tensor");
     m.def("scale(Tensor input, Tensor scale) -> Tensor");
     m.def("min_add_mul(Tensor input, float constant, Tensor bias, float factor) -> Tensor");
     m.def("max_pool2d_clamp(Tensor input, int[2] kernel_size, int[2] stride, int[2] padding, "
-          "float min, float max) -> Tensor");
+          "float min, float max, int version) -> Tensor");
     m.def("clamp(Tensor input, float min, float max) -> Tensor");
 }
 

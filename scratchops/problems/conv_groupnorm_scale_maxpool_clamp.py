@@ -51,8 +51,8 @@ class ModelNew(Model):
         otherwise this variant runs the "fused" chain.
     variant="fused": conv2d (implicit GEMM, tensor cores) -> group_norm_scale ->
         max_pool2d_clamp, three stages. sm_90 GPUs.
-    variant="unfused": every op on its own, conv2d (im2col + gemm v3) -> group_norm -> scale
-        -> max_pool2d -> clamp: the educational chain, any GPU.
+    variant="unfused": every op on its own, conv2d (im2col + gemm, default gemm_version) ->
+        group_norm -> scale -> max_pool2d -> clamp: the educational chain, any GPU.
     """
 
     def __init__(self, *init_inputs, variant="one_pass"):
