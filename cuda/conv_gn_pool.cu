@@ -300,11 +300,13 @@ enum : int {
 };
 constexpr int kHaloPixels = 128;
 constexpr int kHaloIters = kHaloPixels * 8 / 128;  // halo elements a thread copies
-constexpr int kHaloArrayBytes = kHaloPixels * 32;
+constexpr int kHaloPixelBytes = 40;  // 8 channels + 8 bytes of padding (see halo_offset)
+constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
 constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row of the staged tile
 
 struct V2Shape {
     int halo_h, halo_w, taps;
+    int tap_offset[kV2MaxTaps];  // halo pixels from a row's tap 0 to tap j: r dil_h halo_w + s dil_w
 };
 
 // Shared memory: the weights (1024-aligned), then per warpgroup a WarpgroupSmem, then the
@@ -322,14 +324,11 @@ __host__ __device__ inline int v2_smem_bytes(int num_kb) {
            kHaloIters * 128 * 16;
 }
 
-// Byte offset of channels (q, q + 4) of halo pixel p: channel-last, 32 bytes a pixel, the
-// pair a wgmma k-step gives one thread (logical columns t and t + 4) side by side. The pairs
-// are swizzled by p / 4: the halo's stores (consecutive threads, consecutive pixels, one
-// channel) then hit 16 banks instead of 4, and a warp's k-step loads (8 whole pixels) stay
-// conflict-free.
-__device__ __forceinline__ int halo_offset(int p, int q) {
-    return p * 32 + ((q ^ ((p >> 2) & 3)) << 3);
-}
+// Byte offset of channels (q, q + 4) of halo pixel p: channel-last, the pair a wgmma k-step
+// gives one thread (logical columns t and t + 4) side by side. Pixels are 40 bytes apart, not
+// 32: the halo's stores (consecutive threads, consecutive pixels, one channel) then spread
+// over the banks (10 p mod 32), and a k-step's address is a plain sum, no swizzle to compute.
+__device__ __forceinline__ int halo_offset(int p, int q) { return p * kHaloPixelBytes + q * 8; }
 
 __device__ __forceinline__ void warpgroup_sync(int warpgroup) {  // its 128 threads only
     asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
@@ -413,6 +412,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         pair_sign[j] = gam * sc < 0.0f ? -1.0f : 1.0f;
     }
 
+    const uint64_t desc0 = make_smem_desc_sw128(smem_address(weights));
     const int total_tiles = f.batch * bands.tiles_per_image;
     const int first = 2 * static_cast<int>(blockIdx.x) + warpgroup;
     const int step = 2 * static_cast<int>(gridDim.x);
@@ -459,6 +459,8 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         // register buffers: tap j + 1 is read while tap j's wgmmas run.
         float acc_big[kAcc], acc_cross[kAcc];
         uint32_t a[2][3][4];  // [buffer][big, small, cross][wgmma register]
+        const int row_at[2] = {halo_offset(row_pixel[0], quad_col),
+                               halo_offset(row_pixel[1], quad_col)};
 #pragma unroll
         for (int j = 0; j < kV2MaxTaps; ++j) {
             if (j < shape.taps) {
@@ -468,11 +470,10 @@ __global__ void __launch_bounds__(kV2Threads, 1)
 #pragma unroll
                     for (int part = 0; part < 3; ++part) pin_registers(buf[part]);
                 }
-                const int tap_at = (j / g.kernel_w) * g.dil_h * shape.halo_w +
-                                   (j % g.kernel_w) * g.dil_w;
+                const int tap_at = shape.tap_offset[j] * kHaloPixelBytes;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int at = halo_offset(row_pixel[h] + tap_at, quad_col);
+                    const int at = row_at[h] + tap_at;
 #pragma unroll
                     for (int part = 0; part < 3; ++part) {
                         const uint2 v =
@@ -481,13 +482,12 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                         buf[part][2 + h] = v.y;  // channel t + 4: column t + 4
                     }
                 }
-                const uint32_t big_addr = smem_address(weights) + (j / 4) * 3 * kBN * 128;
-                const int kstep = 2 * (j % 4);  // 32 bytes a k-step, in 16-byte units
-                const uint64_t desc_big = make_smem_desc_sw128(big_addr) + kstep;
-                const uint64_t desc_small = make_smem_desc_sw128(big_addr + kBN * 128) + kstep;
-                const uint64_t desc_cross =
-                    b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * kBN * 128) + kstep
-                                 : desc_big;
+                // k-block j / 4's tiles, k-step j % 4 (32 bytes, 2 in the descriptor's
+                // 16-byte units): compile-time offsets from the first tile's descriptor.
+                constexpr int kTile = kBN * 128 / 16;
+                const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
+                const uint64_t desc_small = desc_big + kTile;
+                const uint64_t desc_cross = b_cross_tile ? desc_big + 2 * kTile : desc_big;
 #pragma unroll
                 for (int part = 0; part < 3; ++part) pin_registers(buf[part]);
                 pin_registers(acc_big);
@@ -662,9 +662,12 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
     const auto* p = static_cast<const uint8_t*>(packed);
     cudaError_t err = cudaSuccess;
     BandPixels finalize_bands = bands;  // the tiles whose statistics the finalize merges
-    const V2Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
-                        (kV2BandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
-                        g.kernel_h * g.kernel_w};
+    V2Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
+                  (kV2BandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
+                  g.kernel_h * g.kernel_w, {}};
+    for (int j = 0; j < kV2MaxTaps && j < shape.taps; ++j)
+        shape.tap_offset[j] =
+            (j / g.kernel_w) * g.dil_h * shape.halo_w + (j % g.kernel_w) * g.dil_w;
     if (g.channels <= 8 && layout.num_kb <= kV2MaxKBlocks &&
         shape.halo_h * shape.halo_w <= kHaloPixels) {
         const int smem = v2_smem_bytes(layout.num_kb);
