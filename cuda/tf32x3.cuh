@@ -19,9 +19,9 @@
 //             keeps shared-memory traffic to B's reads (64 bytes a cycle at full rate) and the
 //             copy engine's writes.
 //   partial sums The tensor cores accumulate with truncation; summed over a long K (4096) its
-//             bias grew to 8x cuBLAS SGEMM's error. So each k-block's 12 products go to a
-//             fresh partial sum, added to the running total with an ordinary fp32 add
-//             (round to nearest) once the k-block is done.
+//             bias grew to 8x cuBLAS SGEMM's error. So the 12 products of each k-block (or of
+//             each group of kGroup k-blocks) go to a fresh partial sum, added to the running
+//             total with an ordinary fp32 add (round to nearest) once the group is done.
 //   roles     One producer warpgroup (a single thread issues the bulk copies into a ring of
 //             STAGES stages, guarded by full/empty mbarriers) and two consumer warpgroups of 64
 //             x MB rows each; setmaxnreg moves registers from the producer to the consumers.
@@ -181,7 +181,7 @@ struct TileGrid {
     }
 };
 
-template <int BN, int MB, int STAGES, class ALoader, class Epilogue>
+template <int BN, int MB, int STAGES, int kGroup, class ALoader, class Epilogue>
 __global__ void __launch_bounds__(kThreads, 1)
     tf32x3_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
                   const PackedB layout, const TileGrid grid) {
@@ -310,98 +310,106 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
     point_next();  // iteration 1
 
-    int tile_i = 0, kb = -1;  // of iteration j
-    for (int j = 0; j < total_iters; ++j) {
-        if (++kb == num_kb) {
-            kb = 0;
-            ++tile_i;
-        }
-        const int stage = j % STAGES;
-        mbarrier_wait(&full_bar[stage], (j / STAGES) & 1);
-        const uint32_t big_addr = stages_addr + stage * Cfg::kStageBytes;
-        const uint64_t desc_big0 = make_smem_desc_sw128(big_addr);
-        const uint64_t desc_small0 = make_smem_desc_sw128(big_addr + Cfg::kTileBytes);
-        const uint64_t desc_cross0 =
-            b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * Cfg::kTileBytes) : desc_big0;
+    // One k-block (iteration j; fresh: the first of its group): wait for its B stage, its 4
+    // k-steps (split A, 3 wgmmas each), then point the A loads two iterations ahead.
+    auto run_kblock = [&](int j, bool fresh) {
+            const int stage = j % STAGES;
+            mbarrier_wait(&full_bar[stage], (j / STAGES) & 1);
+            const uint32_t big_addr = stages_addr + stage * Cfg::kStageBytes;
+            const uint64_t desc_big0 = make_smem_desc_sw128(big_addr);
+            const uint64_t desc_small0 = make_smem_desc_sw128(big_addr + Cfg::kTileBytes);
+            const uint64_t desc_cross0 =
+                b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * Cfg::kTileBytes) : desc_big0;
 
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            const int buf = s & 1;
+            for (int s = 0; s < 4; ++s) {
+                const int buf = s & 1;
 #pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
+                for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    // a0/a1 (rows g, g + 8): logical column 8s + t = physical 8t + 2s;
-                    // a2/a3: logical column 8s + t + 4 = physical 8t + 2s + 1.
-                    const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
-                    const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
-                    a_big[buf][mb][h] = lo.big;
-                    a_small[buf][mb][h] = lo.small;
-                    a_cross[buf][mb][h] = lo.cross;
-                    a_big[buf][mb][2 + h] = hi.big;
-                    a_small[buf][mb][2 + h] = hi.small;
-                    a_cross[buf][mb][2 + h] = hi.cross;
-                    pin_registers(a_big[buf][mb]);
-                    pin_registers(a_small[buf][mb]);
-                    pin_registers(a_cross[buf][mb]);
-                    // Refill the two values just consumed with the next k-block's: each load
-                    // is in flight for a whole k-block before its value is used.
-                    const float2 v = loader.fetch2(next[mb][h], 2 * s);
-                    raw[mb][h][2 * s] = v.x;
-                    raw[mb][h][2 * s + 1] = v.y;
+                    for (int h = 0; h < 2; ++h) {
+                        // a0/a1 (rows g, g + 8): logical column 8s + t = physical 8t + 2s;
+                        // a2/a3: logical column 8s + t + 4 = physical 8t + 2s + 1.
+                        const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
+                        const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
+                        a_big[buf][mb][h] = lo.big;
+                        a_small[buf][mb][h] = lo.small;
+                        a_cross[buf][mb][h] = lo.cross;
+                        a_big[buf][mb][2 + h] = hi.big;
+                        a_small[buf][mb][2 + h] = hi.small;
+                        a_cross[buf][mb][2 + h] = hi.cross;
+                        pin_registers(a_big[buf][mb]);
+                        pin_registers(a_small[buf][mb]);
+                        pin_registers(a_cross[buf][mb]);
+                        // Refill the two values just consumed with the next k-block's: each load
+                        // is in flight for a whole k-block before its value is used.
+                        const float2 v = loader.fetch2(next[mb][h], 2 * s);
+                        raw[mb][h][2 * s] = v.x;
+                        raw[mb][h][2 * s + 1] = v.y;
+                    }
+                // k-step s starts 32 * s bytes into the tile rows: + 2 * s in 16-byte units.
+                const uint64_t desc_big = desc_big0 + 2 * s;
+                const uint64_t desc_small = desc_small0 + 2 * s;
+                const uint64_t desc_cross = desc_cross0 + 2 * s;
+#pragma unroll
+                for (int mb = 0; mb < MB; ++mb) pin_registers(part[mb]);
+                wgmma_fence();
+                // Cross terms first, the big one last; the first k-step of a group starts
+                // the partial sum afresh.
+#pragma unroll
+                for (int mb = 0; mb < MB; ++mb)
+                    Mma::mma(part[mb], a_small[buf][mb], desc_cross, s > 0 || !fresh);
+#pragma unroll
+                for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_cross[buf][mb], desc_small, 1);
+#pragma unroll
+                for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_big[buf][mb], desc_big, 1);
+                wgmma_commit();
+                wgmma_wait<1>();  // the previous step's wgmmas are done: its registers are free
+#pragma unroll
+                for (int mb = 0; mb < MB; ++mb) {
+                    pin_registers(a_big[buf ^ 1][mb]);
+                    pin_registers(a_small[buf ^ 1][mb]);
+                    pin_registers(a_cross[buf ^ 1][mb]);
                 }
-            // k-step s starts 32 * s bytes into the tile rows: + 2 * s in 16-byte units.
-            const uint64_t desc_big = desc_big0 + 2 * s;
-            const uint64_t desc_small = desc_small0 + 2 * s;
-            const uint64_t desc_cross = desc_cross0 + 2 * s;
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb) pin_registers(part[mb]);
-            wgmma_fence();
-            // Cross terms first, the big one last; k-step 0 starts the partial sum afresh.
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
-                Mma::mma(part[mb], a_small[buf][mb], desc_cross, s > 0);
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_cross[buf][mb], desc_small, 1);
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_big[buf][mb], desc_big, 1);
-            wgmma_commit();
-            wgmma_wait<1>();  // the previous step's wgmmas are done: its registers are free
+            }
+        point_next();  // integer work while the last wgmmas run
+    };
+
+    // Per tile, its k-blocks in groups of kGroup: within a group the wgmmas run on from one
+    // k-block into the next (a k-block's first wgmma_wait<1> sees the previous k-block's
+    // last wgmmas done, and that stage goes back to the producer); a group ends with one
+    // drain, after which its partial sum joins the total with fp32 adds.
+    int j = 0;
+    for (int tile_i = 0; tile_i < my_tiles; ++tile_i) {
+        for (int kb0 = 0; kb0 < num_kb; kb0 += kGroup) {
+            const int kb_end = kb0 + kGroup < num_kb ? kb0 + kGroup : num_kb;
+            for (int kb = kb0; kb < kb_end; ++kb, ++j) {
+                run_kblock(j, kb == kb0);
+                if (kb > kb0 && lane == 0) mbarrier_arrive(&empty_bar[(j - 1) % STAGES]);
+            }
+            wgmma_wait<0>();
 #pragma unroll
             for (int mb = 0; mb < MB; ++mb) {
-                pin_registers(a_big[buf ^ 1][mb]);
-                pin_registers(a_small[buf ^ 1][mb]);
-                pin_registers(a_cross[buf ^ 1][mb]);
+                pin_registers(part[mb]);
+                pin_registers(a_big[1][mb]);
+                pin_registers(a_small[1][mb]);
+                pin_registers(a_cross[1][mb]);
             }
-        }
-        point_next();  // integer work while the last wgmmas run
-
-        // The k-block's wgmmas are all done: its stage goes back to the producer and the
-        // partial sums join the total.
-        wgmma_wait<0>();
+            if (lane == 0) mbarrier_arrive(&empty_bar[(j - 1) % STAGES]);
 #pragma unroll
-        for (int mb = 0; mb < MB; ++mb) {
-            pin_registers(part[mb]);
-            pin_registers(a_big[1][mb]);
-            pin_registers(a_small[1][mb]);
-            pin_registers(a_cross[1][mb]);
+            for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+                for (int i = 0; i < kAcc; ++i) total[mb][i] += part[mb][i];
         }
-        if (lane == 0) mbarrier_arrive(&empty_bar[stage]);
+        // The tile is done: store it, start the next afresh.
+        int b, mt, nt;
+        grid.locate(blockIdx.x + tile_i * gridDim.x, b, mt, nt);
+        epilogue.template store<BN, MB>(
+            total, TileCoords{b, mt * Cfg::kBM, nt * BN, warpgroup, warp, lane}, prepared);
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-            for (int i = 0; i < kAcc; ++i) total[mb][i] += part[mb][i];
-
-        if (kb == num_kb - 1) {  // the tile is done: store it, start the next afresh
-            int b, mt, nt;
-            grid.locate(blockIdx.x + tile_i * gridDim.x, b, mt, nt);
-            epilogue.template store<BN, MB>(
-                total, TileCoords{b, mt * Cfg::kBM, nt * BN, warpgroup, warp, lane}, prepared);
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-                for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
-        }
+            for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
     }
 #else
     // Built without sm_90a (wgmma, setmaxnreg). The Python layer builds sm_90 GPUs with
@@ -419,12 +427,16 @@ inline int sm_count() {
     return count > 0 ? count : 1;
 }
 
-template <int BN, int MB, int STAGES, class ALoader, class Epilogue>
+// kGroup: the k-blocks whose products the tensor cores sum into one partial sum before an
+// fp32 add joins it to the total (see "partial sums" at the top): 1 drains the wgmma
+// pipeline at every k-block; more drain less often, each partial sum then holding 12 kGroup
+// truncating accumulations.
+template <int BN, int MB, int STAGES, int kGroup = 1, class ALoader, class Epilogue>
 cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_t* packed,
                    const PackedB& layout, int m_rows, int batch, bool b_shared,
                    cudaStream_t stream) {
     using Cfg = Config<BN, MB, STAGES>;
-    auto kernel = tf32x3_kernel<BN, MB, STAGES, ALoader, Epilogue>;
+    auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, ALoader, Epilogue>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            Cfg::kSmemBytes);
     if (err != cudaSuccess) return err;
