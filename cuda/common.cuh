@@ -8,12 +8,25 @@
 namespace scratchops {
 
 // Maximum and minimum that return NaN when either side is NaN, as torch.maximum,
-// torch.minimum, torch.clamp and max_pool2d do (fmaxf/fminf would drop the NaN).
+// torch.minimum, torch.clamp and max_pool2d do (fmaxf/fminf would drop the NaN). sm_80 has
+// them as single instructions (max.NaN / min.NaN); the comparisons and a select otherwise.
 __device__ __forceinline__ float nan_max(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
     return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+#endif
 }
 __device__ __forceinline__ float nan_min(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
     return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b);
+#endif
 }
 
 // 16-byte accesses need 16-byte aligned addresses: true for torch's allocations, not always
