@@ -306,7 +306,8 @@ constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row o
 
 struct V2Shape {
     int halo_h, halo_w, taps;
-    int tap_offset[kV2MaxTaps];  // halo pixels from a row's tap 0 to tap j: r dil_h halo_w + s dil_w
+    // Halo pixels from a row's tap 0 to tap j = (r, s): r * dil_h * halo_w + s * dil_w.
+    int tap_offset[kV2MaxTaps];
 };
 
 // Shared memory: the weights (1024-aligned), then per warpgroup a WarpgroupSmem, then the
@@ -426,9 +427,10 @@ __global__ void __launch_bounds__(kV2Threads, 1)
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
             const int4 plan = halo_plan[wtid + 128 * it];
-            const bool inside = plan.x >= 0 &&
-                                static_cast<unsigned>(ih0 + plan.z) < static_cast<unsigned>(g.height) &&
-                                static_cast<unsigned>(iw0 + plan.w) < static_cast<unsigned>(g.width);
+            const bool inside =
+                plan.x >= 0 &&
+                static_cast<unsigned>(ih0 + plan.z) < static_cast<unsigned>(g.height) &&
+                static_cast<unsigned>(iw0 + plan.w) < static_cast<unsigned>(g.width);
             cp_async4_or_zero(my.raw + wtid + 128 * it,
                               inside ? origin + (origin_offset + plan.x) : x, inside);
         }
@@ -693,8 +695,8 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
     }
     if (err != cudaSuccess) return err;
     finalize_kernel<<<batch * a.groups, kFinalizeThreads, 0, stream>>>(
-        stats, extremes, a.gamma, a.beta, a.scale, y, out_channels, a.groups, finalize_bands, g.out_h,
-        g.out_w, g.out_h / kPool, g.out_w / kPool, a.eps, a.lo, a.hi);
+        stats, extremes, a.gamma, a.beta, a.scale, y, out_channels, a.groups, finalize_bands,
+        g.out_h, g.out_w, g.out_h / kPool, g.out_w / kPool, a.eps, a.lo, a.hi);
     return cudaGetLastError();
 }
 

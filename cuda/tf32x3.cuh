@@ -313,65 +313,65 @@ __global__ void __launch_bounds__(kThreads, 1)
     // One k-block (iteration j; fresh: the first of its group): wait for its B stage, its 4
     // k-steps (split A, 3 wgmmas each), then point the A loads two iterations ahead.
     auto run_kblock = [&](int j, bool fresh) {
-            const int stage = j % STAGES;
-            mbarrier_wait(&full_bar[stage], (j / STAGES) & 1);
-            const uint32_t big_addr = stages_addr + stage * Cfg::kStageBytes;
-            const uint64_t desc_big0 = make_smem_desc_sw128(big_addr);
-            const uint64_t desc_small0 = make_smem_desc_sw128(big_addr + Cfg::kTileBytes);
-            const uint64_t desc_cross0 =
-                b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * Cfg::kTileBytes) : desc_big0;
+        const int stage = j % STAGES;
+        mbarrier_wait(&full_bar[stage], (j / STAGES) & 1);
+        const uint32_t big_addr = stages_addr + stage * Cfg::kStageBytes;
+        const uint64_t desc_big0 = make_smem_desc_sw128(big_addr);
+        const uint64_t desc_small0 = make_smem_desc_sw128(big_addr + Cfg::kTileBytes);
+        const uint64_t desc_cross0 =
+            b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * Cfg::kTileBytes) : desc_big0;
 
 #pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                const int buf = s & 1;
+        for (int s = 0; s < 4; ++s) {
+            const int buf = s & 1;
 #pragma unroll
-                for (int mb = 0; mb < MB; ++mb)
+            for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        // a0/a1 (rows g, g + 8): logical column 8s + t = physical 8t + 2s;
-                        // a2/a3: logical column 8s + t + 4 = physical 8t + 2s + 1.
-                        const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
-                        const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
-                        a_big[buf][mb][h] = lo.big;
-                        a_small[buf][mb][h] = lo.small;
-                        a_cross[buf][mb][h] = lo.cross;
-                        a_big[buf][mb][2 + h] = hi.big;
-                        a_small[buf][mb][2 + h] = hi.small;
-                        a_cross[buf][mb][2 + h] = hi.cross;
-                        pin_registers(a_big[buf][mb]);
-                        pin_registers(a_small[buf][mb]);
-                        pin_registers(a_cross[buf][mb]);
-                        // Refill the two values just consumed with the next k-block's: each load
-                        // is in flight for a whole k-block before its value is used.
-                        const float2 v = loader.fetch2(next[mb][h], 2 * s);
-                        raw[mb][h][2 * s] = v.x;
-                        raw[mb][h][2 * s + 1] = v.y;
-                    }
-                // k-step s starts 32 * s bytes into the tile rows: + 2 * s in 16-byte units.
-                const uint64_t desc_big = desc_big0 + 2 * s;
-                const uint64_t desc_small = desc_small0 + 2 * s;
-                const uint64_t desc_cross = desc_cross0 + 2 * s;
-#pragma unroll
-                for (int mb = 0; mb < MB; ++mb) pin_registers(part[mb]);
-                wgmma_fence();
-                // Cross terms first, the big one last; the first k-step of a group starts
-                // the partial sum afresh.
-#pragma unroll
-                for (int mb = 0; mb < MB; ++mb)
-                    Mma::mma(part[mb], a_small[buf][mb], desc_cross, s > 0 || !fresh);
-#pragma unroll
-                for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_cross[buf][mb], desc_small, 1);
-#pragma unroll
-                for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_big[buf][mb], desc_big, 1);
-                wgmma_commit();
-                wgmma_wait<1>();  // the previous step's wgmmas are done: its registers are free
-#pragma unroll
-                for (int mb = 0; mb < MB; ++mb) {
-                    pin_registers(a_big[buf ^ 1][mb]);
-                    pin_registers(a_small[buf ^ 1][mb]);
-                    pin_registers(a_cross[buf ^ 1][mb]);
+                for (int h = 0; h < 2; ++h) {
+                    // a0/a1 (rows g, g + 8): logical column 8s + t = physical 8t + 2s;
+                    // a2/a3: logical column 8s + t + 4 = physical 8t + 2s + 1.
+                    const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
+                    const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
+                    a_big[buf][mb][h] = lo.big;
+                    a_small[buf][mb][h] = lo.small;
+                    a_cross[buf][mb][h] = lo.cross;
+                    a_big[buf][mb][2 + h] = hi.big;
+                    a_small[buf][mb][2 + h] = hi.small;
+                    a_cross[buf][mb][2 + h] = hi.cross;
+                    pin_registers(a_big[buf][mb]);
+                    pin_registers(a_small[buf][mb]);
+                    pin_registers(a_cross[buf][mb]);
+                    // Refill the two values just consumed with the next k-block's: each load
+                    // is in flight for a whole k-block before its value is used.
+                    const float2 v = loader.fetch2(next[mb][h], 2 * s);
+                    raw[mb][h][2 * s] = v.x;
+                    raw[mb][h][2 * s + 1] = v.y;
                 }
+            // k-step s starts 32 * s bytes into the tile rows: + 2 * s in 16-byte units.
+            const uint64_t desc_big = desc_big0 + 2 * s;
+            const uint64_t desc_small = desc_small0 + 2 * s;
+            const uint64_t desc_cross = desc_cross0 + 2 * s;
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) pin_registers(part[mb]);
+            wgmma_fence();
+            // Cross terms first, the big one last; the first k-step of a group starts
+            // the partial sum afresh.
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb)
+                Mma::mma(part[mb], a_small[buf][mb], desc_cross, s > 0 || !fresh);
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_cross[buf][mb], desc_small, 1);
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_big[buf][mb], desc_big, 1);
+            wgmma_commit();
+            wgmma_wait<1>();  // the previous step's wgmmas are done: its registers are free
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) {
+                pin_registers(a_big[buf ^ 1][mb]);
+                pin_registers(a_small[buf ^ 1][mb]);
+                pin_registers(a_cross[buf ^ 1][mb]);
             }
+        }
         point_next();  // integer work while the last wgmmas run
     };
 
