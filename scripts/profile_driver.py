@@ -1,8 +1,9 @@
-"""A ModelNew variant at KernelBench size, run a few times, for a profiler (ncu) to look at.
+"""A ModelNew variant at KernelBench size, run `calls` times (default 3), for a profiler.
 
-    ncu --kernel-name regex:tf32x3 --launch-skip 2 --launch-count 1 \
+    ncu --set full --kernel-name regex:conv_gn_pool_v2 --launch-skip 1 --launch-count 1 \
         python3 scripts/profile_driver.py p85 one_pass
-Warm-up calls first (the build, the packed weights), then `calls` more forwards.
+The first forward builds the kernels and packs the weights; --launch-skip 1 profiles the
+second call of the kernel. P31's kernel: regex:tf32x3_kernel with `p31`.
 """
 
 import sys

@@ -42,8 +42,8 @@ class ModelNew(Model):
         (fp32-accurate 3xTF32) with min, + bias and * factor in its store: one kernel per
         forward (the packed weights are kept while the weight is unchanged). sm_90 GPUs.
     variant="chain": conv2d (implicit GEMM, tensor cores) -> min_add_mul. sm_90 GPUs.
-    variant="im2col": conv2d as im2col + gemm (default gemm_version, CUDA cores) -> min_add_mul: the
-        educational chain, any GPU.
+    variant="im2col": conv2d as im2col + gemm (default gemm_version, CUDA cores) ->
+        min_add_mul: the educational chain, any GPU.
     """
 
     def __init__(self, *init_inputs, variant="one_kernel"):
