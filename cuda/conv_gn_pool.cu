@@ -27,6 +27,8 @@
 //      conv_gn_pool_launch runs v2 where it covers the shape, v1 elsewhere.
 //   Memory traffic (P85 at batch 128): the input once (67 MB, plus cache re-reads), the
 //   extremes written and read once (16 MB each), the output (32 MB), the statistics (1 MB).
+#include <type_traits>
+
 #include "conv_implicit.cuh"
 
 namespace scratchops {
@@ -73,6 +75,30 @@ struct Params {
     int groups, pool_h, pool_w;
 };
 
+// Count, mean and centred sum of squares (m2) of a set of values.
+struct Moments {
+    float count, mean, m2;
+};
+// Chan et al.: the moments of the union of a and b, exact in the mean's centring (no
+// cancellation when |mean| >> std). kEqualCounts: a and b hold as many values (whole pooling
+// windows), so b's share of the union is 1/2 exactly, with no division.
+template <bool kEqualCounts = false>
+__device__ __forceinline__ Moments merged(const Moments& a, const Moments& b) {
+    if (!kEqualCounts && b.count == 0.0f) return a;
+    const float total = a.count + b.count;
+    const float delta = b.mean - a.mean;
+    const float share = kEqualCounts ? 0.5f : b.count / total;
+    return {total, a.mean + delta * share, a.m2 + (b.m2 + delta * delta * a.count * share)};
+}
+
+// Window extremes are maxima of sign * x, sign = -1 where gamma * scale < 0 (a minimum:
+// min x = -max(-x)), so one max serves both, with no branch.
+__device__ __forceinline__ float extreme_sign(const Params& p, int cout, int co) {
+    const float gam = p.gamma != nullptr && co < cout ? p.gamma[co] : 1.0f;
+    const float sc = p.scale != nullptr && co < cout ? p.scale[co] : 1.0f;
+    return gam * sc < 0.0f ? -1.0f : 1.0f;
+}
+
 __device__ __forceinline__ void consumers_sync() {  // the 256 consumer threads only
     asm volatile("bar.sync 1, %0;" ::"n"(128 * tf32x3::kConsumerWarpgroups) : "memory");
 }
@@ -83,13 +109,6 @@ struct StatsAndExtremes {
     ConvGeometryFast f;
     BandPixels bands;
 
-    // Window extremes are maxima of sign * x, sign = -1 where gamma * scale < 0 (a minimum:
-    // min x = -max(-x)), so one NaN-propagating max serves both, without a branch.
-    __device__ float extreme_sign(int co) const {
-        const float gam = p.gamma != nullptr && co < f.cout ? p.gamma[co] : 1.0f;
-        const float sc = p.scale != nullptr && co < f.cout ? p.scale[co] : 1.0f;
-        return gam * sc < 0.0f ? -1.0f : 1.0f;
-    }
     // Per thread, once: its 16 channels 8 nb + 2t + j (element 2 nb + j) bias and sign, and the
     // sign of the channel it combines across rows (thread 32 w + lane: channel lane % 64).
     struct Prepared {
@@ -103,9 +122,9 @@ struct StatsAndExtremes {
         for (int i = 0; i < kBN / 4; ++i) {
             const int co = 8 * (i / 2) + 2 * t + i % 2;
             prep.bias[i] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
-            prep.sign[i] = extreme_sign(co);
+            prep.sign[i] = extreme_sign(p, f.cout, co);
         }
-        prep.combine_sign = extreme_sign((32 * (4 * tc.warpgroup + tc.warp) + tc.lane) % kBN);
+        prep.combine_sign = extreme_sign(p, f.cout, (32 * (4 * tc.warpgroup + tc.warp) + tc.lane) % kBN);
         return prep;
     }
 
@@ -218,7 +237,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     const int n = blockIdx.x / groups, group = blockIdx.x % groups;
     const int cpg = cout / groups;
     // Each thread merges tiles tid, tid + T, ... (T = blockDim.x) in order; then a fixed tree.
-    float count = 0.0f, mean = 0.0f, m2 = 0.0f;
+    Moments m{0.0f, 0.0f, 0.0f};
     for (int tile = threadIdx.x; tile < bands.tiles_per_image; tile += kFinalizeThreads) {
         const int band = tile / bands.col_blocks, col_block = tile % bands.col_blocks;
         const float c = static_cast<float>(min(kPool, out_h - kPool * band) *
@@ -226,35 +245,18 @@ __global__ void __launch_bounds__(kFinalizeThreads)
         const float* s = tile_stats +
                          ((static_cast<long long>(n) * bands.tiles_per_image + tile) * groups +
                           group) * 2;
-        // Chan et al.: the union of (count, mean, m2) and (c, s[0], s[1]).
-        const float total = count + c, delta = s[0] - mean, share = c / total;
-        mean += delta * share;
-        m2 += s[1] + delta * delta * count * share;
-        count = total;
+        m = merged(m, Moments{c, s[0], s[1]});
     }
-    __shared__ float merge_count[kFinalizeThreads], merge_mean[kFinalizeThreads],
-        merge_m2[kFinalizeThreads];
-    merge_count[threadIdx.x] = count;
-    merge_mean[threadIdx.x] = mean;
-    merge_m2[threadIdx.x] = m2;
+    __shared__ Moments merging[kFinalizeThreads];
+    merging[threadIdx.x] = m;
     __syncthreads();
     for (int stride = kFinalizeThreads / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride) {
-            const float c = merge_count[threadIdx.x + stride];
-            if (c > 0.0f) {
-                const float total = merge_count[threadIdx.x] + c;
-                const float delta = merge_mean[threadIdx.x + stride] - merge_mean[threadIdx.x];
-                const float share = c / total;
-                merge_mean[threadIdx.x] += delta * share;
-                merge_m2[threadIdx.x] += merge_m2[threadIdx.x + stride] +
-                                         delta * delta * merge_count[threadIdx.x] * share;
-                merge_count[threadIdx.x] = total;
-            }
-        }
+        if (threadIdx.x < stride)
+            merging[threadIdx.x] = merged(merging[threadIdx.x], merging[threadIdx.x + stride]);
         __syncthreads();
     }
-    const float group_mean = merge_mean[0];
-    const float variance = fmaxf(merge_m2[0] / merge_count[0], 0.0f);  // biased, as torch
+    const float group_mean = merging[0].mean;
+    const float variance = fmaxf(merging[0].m2 / merging[0].count, 0.0f);  // biased, as torch
     const float rstd = 1.0f / sqrtf(variance + eps);
 
     const int windows = pool_h * pool_w;
@@ -299,7 +301,8 @@ enum : int {
     kWindowPairs = kBN * kV2Windows,               // (channel, window) pairs of a tile
 };
 constexpr int kHaloPixels = 128;
-constexpr int kHaloIters = kHaloPixels * 8 / 128;  // halo elements a thread copies
+constexpr int kHaloItems = kHaloPixels * 4;  // (pixel, channels q and q + 4) items of a halo
+constexpr int kHaloIters = kHaloItems / 128;  // halo items a thread copies and splits
 constexpr int kHaloPixelBytes = 40;  // 8 channels + 8 bytes of padding (see halo_offset)
 constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
 constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row of the staged tile
@@ -316,19 +319,20 @@ struct WarpgroupSmem {
     uint8_t halo[3 * kHaloArrayBytes];  // big, small, cross
     float staged[kBN * kTilePitch];     // the tile as [channel][pixel]
     float ch_count[kBN], ch_mean[kBN], ch_m2[kBN];
-    float raw[kHaloIters * 128];        // the next tile's halo, unsplit
+    float raw[2][kHaloItems];           // the next tile's halo, unsplit: [q / 4][item]
 };
 static_assert(sizeof(WarpgroupSmem) % 16 == 0, "16-byte aligned arrays");
 
 __host__ __device__ inline int v2_smem_bytes(int num_kb) {
     return 1024 + num_kb * 3 * kBN * 128 + 2 * static_cast<int>(sizeof(WarpgroupSmem)) +
-           kHaloIters * 128 * 16;
+           kHaloItems * static_cast<int>(sizeof(int4));
 }
 
 // Byte offset of channels (q, q + 4) of halo pixel p: channel-last, the pair a wgmma k-step
 // gives one thread (logical columns t and t + 4) side by side. Pixels are 40 bytes apart, not
-// 32: the halo's stores (consecutive threads, consecutive pixels, one channel) then spread
-// over the banks (10 p mod 32), and a k-step's address is a plain sum, no swizzle to compute.
+// 32: the halo's 8-byte stores (consecutive threads, consecutive pixels) then start at banks
+// 10 p mod 32, distinct even banks for any 16 consecutive p, so a half-warp fills the 32 banks
+// once; and a k-step's address is a plain sum, no swizzle to compute.
 __device__ __forceinline__ int halo_offset(int p, int q) { return p * kHaloPixelBytes + q * 8; }
 
 __device__ __forceinline__ void warpgroup_sync(int warpgroup) {  // its 128 threads only
@@ -348,7 +352,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     uint8_t* weights = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
     const int num_kb = layout.num_kb;
     WarpgroupSmem* wg_smem = reinterpret_cast<WarpgroupSmem*>(weights + num_kb * 3 * kBN * 128);
-    // [kHaloIters][128]: where each halo element comes from and goes (below).
+    // [kHaloItems]: where each halo item comes from and goes (below).
     int4* halo_plan = reinterpret_cast<int4*>(wg_smem + 2);
 
     const int tid = threadIdx.x;
@@ -366,28 +370,36 @@ __global__ void __launch_bounds__(kV2Threads, 1)
             const int column = i % tf32x3::kBlockK, n = (i / tf32x3::kBlockK) % kBN;
             const int tile = i / (tf32x3::kBlockK * kBN);  // = 3 kb + part
             const uint8_t* from = packed + tile * kBN * 128;
+            // Channel n negated where its extremes are minima (see "epilogue" above): its
+            // conv outputs come out as sign * x, exactly (negating every part of every
+            // product negates the sum, rounding included).
+            const uint32_t sign_bit = extreme_sign(p, f.cout, n) < 0.0f ? 0x80000000u : 0u;
             *reinterpret_cast<uint32_t*>(weights + tile * kBN * 128 +
                                          tf32x3::packed_offset(n, tf32x3::physical_k(column))) =
-                *reinterpret_cast<const uint32_t*>(from + tf32x3::packed_offset(n, column));
+                *reinterpret_cast<const uint32_t*>(from + tf32x3::packed_offset(n, column)) ^
+                sign_bit;
         }
         fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
     }
-    // Halo element e = wtid + 128 it = c * halo_pixels + hr * halo_w + hc: consecutive threads
+    // Halo item i = wtid + 128 it = q * halo_pixels + hr * halo_w + hc (q < 4): channels q
+    // and q + 4 of halo pixel (hr, hc), the pair a k-step's A register holds, so a thread
+    // copies both, splits both and stores each part as one 8-byte pair. Consecutive threads
     // read consecutive columns of one input row (coalesced). The decoding is the same for
-    // every tile and both warpgroups: warpgroup 0 writes it once into halo_plan, {offset from
-    // the tile's first input pixel (-1: no such channel), byte offset in the halo arrays (-1:
-    // past the halo), hr, hc}.
+    // every tile and both warpgroups: warpgroup 0 writes it once into halo_plan, {offsets of
+    // channels q and q + 4 from the tile's first input pixel (-1: no such channel), byte
+    // offset in the halo arrays (-1: past the halo), hr << 16 | hc}.
     const int halo_pixels = shape.halo_h * shape.halo_w;
     const int plane = g.height * g.width;
     if (warpgroup == 0) {
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
-            const int e = wtid + 128 * it;
-            const int c = e / halo_pixels, pixel = e - c * halo_pixels;
+            const int i = wtid + 128 * it;
+            const int q = i / halo_pixels, pixel = i - q * halo_pixels;
             const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
-            halo_plan[e] = make_int4(c < g.channels ? c * plane + hr * g.width + hc : -1,
-                                     c < 8 ? halo_offset(pixel, c % 4) + 4 * (c / 4) : -1, hr,
-                                     hc);
+            const int at = hr * g.width + hc;
+            halo_plan[i] = make_int4(q < g.channels ? q * plane + at : -1,
+                                     q + 4 < g.channels ? (q + 4) * plane + at : -1,
+                                     q < 4 ? halo_offset(pixel, q) : -1, hr << 16 | hc);
         }
     }
     // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
@@ -408,9 +420,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     for (int j = 0; j < kWindowPairs / 128; ++j) {
         const int co = (wtid + 128 * j) / kV2Windows;
         pair_bias[j] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
-        const float gam = p.gamma != nullptr && co < f.cout ? p.gamma[co] : 1.0f;
-        const float sc = p.scale != nullptr && co < f.cout ? p.scale[co] : 1.0f;
-        pair_sign[j] = gam * sc < 0.0f ? -1.0f : 1.0f;
+        pair_sign[j] = extreme_sign(p, f.cout, co);
     }
 
     const uint64_t desc0 = make_smem_desc_sw128(smem_address(weights));
@@ -428,11 +438,13 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         for (int it = 0; it < kHaloIters; ++it) {
             const int4 plan = halo_plan[wtid + 128 * it];
             const bool inside =
-                plan.x >= 0 &&
-                static_cast<unsigned>(ih0 + plan.z) < static_cast<unsigned>(g.height) &&
-                static_cast<unsigned>(iw0 + plan.w) < static_cast<unsigned>(g.width);
-            cp_async4_or_zero(my.raw + wtid + 128 * it,
-                              inside ? origin + (origin_offset + plan.x) : x, inside);
+                static_cast<unsigned>(ih0 + (plan.w >> 16)) < static_cast<unsigned>(g.height) &&
+                static_cast<unsigned>(iw0 + (plan.w & 0xffff)) < static_cast<unsigned>(g.width);
+            const bool has_q = inside && plan.x >= 0, has_q4 = inside && plan.y >= 0;
+            cp_async4_or_zero(&my.raw[0][wtid + 128 * it],
+                              has_q ? origin + (origin_offset + plan.x) : x, has_q);
+            cp_async4_or_zero(&my.raw[1][wtid + 128 * it],
+                              has_q4 ? origin + (origin_offset + plan.y) : x, has_q4);
         }
         cp_async_commit();
     };
@@ -444,12 +456,15 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         cp_async_wait_all();
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
-            const int at = halo_plan[wtid + 128 * it].y;
+            const int at = halo_plan[wtid + 128 * it].z;
             if (at >= 0) {
-                const Tf32Split part = split_tf32_truncated(my.raw[wtid + 128 * it]);
-                *reinterpret_cast<uint32_t*>(my.halo + at) = part.big;
-                *reinterpret_cast<uint32_t*>(my.halo + kHaloArrayBytes + at) = part.small;
-                *reinterpret_cast<uint32_t*>(my.halo + 2 * kHaloArrayBytes + at) = part.cross;
+                const Tf32Split lo = split_tf32_truncated(my.raw[0][wtid + 128 * it]);
+                const Tf32Split hi = split_tf32_truncated(my.raw[1][wtid + 128 * it]);
+                *reinterpret_cast<uint2*>(my.halo + at) = make_uint2(lo.big, hi.big);
+                *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =
+                    make_uint2(lo.small, hi.small);
+                *reinterpret_cast<uint2*>(my.halo + 2 * kHaloArrayBytes + at) =
+                    make_uint2(lo.cross, hi.cross);
             }
         }
         warpgroup_sync(warpgroup);
@@ -520,94 +535,102 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         }
         warpgroup_sync(warpgroup);
 
-        // (5) Per (channel, window) pair: extreme, count, mean, centred sum of squares.
+        // (5) Per (channel, window) pair: the extreme and the moments of the window's values,
+        // then the moments merged across the channel's 4 windows (lanes xor 1, 2). The staged
+        // values are sign * x without the bias (the bias moves neither the extremes' order nor
+        // the spread): extreme = sign * max + bias and mean = sign * mean' + bias, one rounding
+        // each, as if the bias had been added first. A whole tile (all but the last band and
+        // column block) takes the path with no masks and no division; the branch is uniform
+        // across the warpgroup, so the shuffles inside it see every lane.
         int n, band, col_block;
         bands.tile(tile, n, band, col_block);
         const int rows_here = min(kPool, g.out_h - kPool * band);
         const int cols_here = min(kV2BandCols, g.out_w - kV2BandCols * col_block);
+        auto window_pairs = [&](auto whole_tile) {
+            constexpr bool kWhole = decltype(whole_tile)::value;
 #pragma unroll
-        for (int j = 0; j < kWindowPairs / 128; ++j) {
-            const int q = wtid + 128 * j;
-            const int co = q / kV2Windows, w = q % kV2Windows;
-            const int cols = max(0, min(kPool, cols_here - kPool * w));
-            float v[kPool][kPool];
+            for (int j = 0; j < kWindowPairs / 128; ++j) {
+                const int q = wtid + 128 * j;
+                const int co = q / kV2Windows, w = q % kV2Windows;
+                float v[kPool][kPool];
 #pragma unroll
-            for (int r = 0; r < kPool; ++r) {
-                const float4 row4 = *reinterpret_cast<const float4*>(
-                    my.staged + co * kTilePitch + r * kV2BandCols + kPool * w);
-                v[r][0] = row4.x + pair_bias[j];
-                v[r][1] = row4.y + pair_bias[j];
-                v[r][2] = row4.z + pair_bias[j];
-                v[r][3] = row4.w + pair_bias[j];
-            }
-            // A plain fmaxf drops NaN, which is harmless here: a NaN (or an Inf) conv value
-            // makes its group's mean or variance NaN, and so every output of the group, as in
-            // torch.
-            float extreme = pair_sign[j] * v[0][0];
-#pragma unroll
-            for (int r = 0; r < kPool; ++r)
-#pragma unroll
-                for (int c = 0; c < kPool; ++c) extreme = fmaxf(extreme, pair_sign[j] * v[r][c]);
-            const bool whole = rows_here == kPool && cols == kPool;  // all but the edges
-            float sum = 0.0f;
-#pragma unroll
-            for (int r = 0; r < kPool; ++r)
-#pragma unroll
-                for (int c = 0; c < kPool; ++c)
-                    sum += whole || (r < rows_here && c < cols) ? v[r][c] : 0.0f;
-            float count = static_cast<float>(rows_here * cols);
-            float mean = whole ? sum * (1.0f / (kPool * kPool)) : count > 0.0f ? sum / count : 0.0f;
-            float m2 = 0.0f;
-#pragma unroll
-            for (int r = 0; r < kPool; ++r)
-#pragma unroll
-                for (int c = 0; c < kPool; ++c) {
-                    const float d = v[r][c] - mean;
-                    m2 += whole || (r < rows_here && c < cols) ? d * d : 0.0f;
+                for (int r = 0; r < kPool; ++r) {
+                    const float4 row4 = *reinterpret_cast<const float4*>(
+                        my.staged + co * kTilePitch + r * kV2BandCols + kPool * w);
+                    v[r][0] = row4.x, v[r][1] = row4.y, v[r][2] = row4.z, v[r][3] = row4.w;
                 }
-            const int wc = kV2Windows * col_block + w;
-            if (co < f.cout && band < p.pool_h && wc < p.pool_w)
-                p.extremes[((static_cast<long long>(n) * f.cout + co) * p.pool_h + band) *
-                               p.pool_w + wc] = pair_sign[j] * extreme;
-            // Chan et al. across the 4 windows of the channel (lanes xor 1, 2).
+                // Pooling windows lie whole inside the conv output, so an extreme is over all
+                // 16 values (the edge tiles' partial windows are not stored). A plain fmaxf
+                // drops NaN, which is harmless here: a NaN (or an Inf) conv value makes its
+                // group's mean or variance NaN, and so every output of the group, as in torch.
+                float row_max[kPool];
 #pragma unroll
-            for (int d = 1; d < kV2Windows; d *= 2) {
-                const float n_b = __shfl_xor_sync(0xffffffffu, count, d);
-                const float mean_b = __shfl_xor_sync(0xffffffffu, mean, d);
-                const float m2_b = __shfl_xor_sync(0xffffffffu, m2, d);
-                const float total = count + n_b;
-                if (total > 0.0f) {
-                    // Equal counts (whole windows) need no division: share = 1/2 exactly.
-                    const float delta = mean_b - mean;
-                    const float share = n_b == count ? 0.5f : n_b / total;
-                    mean += delta * share;
-                    m2 += m2_b + delta * delta * count * share;
+                for (int r = 0; r < kPool; ++r)
+                    row_max[r] = fmaxf(fmaxf(v[r][0], v[r][1]), fmaxf(v[r][2], v[r][3]));
+                const float extreme = fmaxf(fmaxf(row_max[0], row_max[1]),
+                                            fmaxf(row_max[2], row_max[3]));
+                const int wc = kV2Windows * col_block + w;
+                if (co < f.cout && band < p.pool_h && wc < p.pool_w)
+                    p.extremes[((static_cast<long long>(n) * f.cout + co) * p.pool_h + band) *
+                                   p.pool_w + wc] = fmaf(pair_sign[j], extreme, pair_bias[j]);
+                // Two passes over the registers: the sum, then the squares centred on the mean.
+                const int cols = kWhole ? kPool : max(0, min(kPool, cols_here - kPool * w));
+                auto in_window = [&](int r, int c) {
+                    return kWhole || (r < rows_here && c < cols);
+                };
+                float row_sum[kPool];
+#pragma unroll
+                for (int r = 0; r < kPool; ++r) {
+                    row_sum[r] = in_window(r, 0) ? v[r][0] : 0.0f;
+#pragma unroll
+                    for (int c = 1; c < kPool; ++c)
+                        row_sum[r] += in_window(r, c) ? v[r][c] : 0.0f;
                 }
-                count = total;
+                const float sum = (row_sum[0] + row_sum[1]) + (row_sum[2] + row_sum[3]);
+                Moments m;
+                m.count = kWhole ? kPool * kPool : static_cast<float>(rows_here * cols);
+                m.mean = kWhole ? sum * (1.0f / (kPool * kPool))
+                                : m.count > 0.0f ? sum / m.count : 0.0f;
+                float row_m2[kPool];
+#pragma unroll
+                for (int r = 0; r < kPool; ++r) {
+                    const float d0 = v[r][0] - m.mean;
+                    row_m2[r] = in_window(r, 0) ? d0 * d0 : 0.0f;
+#pragma unroll
+                    for (int c = 1; c < kPool; ++c) {
+                        const float d = v[r][c] - m.mean;
+                        row_m2[r] += in_window(r, c) ? d * d : 0.0f;
+                    }
+                }
+                m.m2 = (row_m2[0] + row_m2[1]) + (row_m2[2] + row_m2[3]);
+#pragma unroll
+                for (int d = 1; d < kV2Windows; d *= 2) {
+                    const Moments other{__shfl_xor_sync(0xffffffffu, m.count, d),
+                                        __shfl_xor_sync(0xffffffffu, m.mean, d),
+                                        __shfl_xor_sync(0xffffffffu, m.m2, d)};
+                    m = merged<kWhole>(m, other);
+                }
+                if (w == 0) {
+                    my.ch_count[co] = m.count;
+                    my.ch_mean[co] = fmaf(pair_sign[j], m.mean, pair_bias[j]);
+                    my.ch_m2[co] = m.m2;
+                }
             }
-            if (w == 0) {
-                my.ch_count[co] = count;
-                my.ch_mean[co] = mean;
-                my.ch_m2[co] = m2;
-            }
-        }
+        };
+        if (rows_here == kPool && cols_here == kV2BandCols)
+            window_pairs(std::true_type{});
+        else
+            window_pairs(std::false_type{});
         warpgroup_sync(warpgroup);
         // (6) Per group: its channels merged in order, written as the tile's statistics.
         if (wtid < p.groups) {
             const int cpg = f.cout / p.groups;
-            float count = 0.0f, mean = 0.0f, m2 = 0.0f;
-            for (int co = wtid * cpg; co < (wtid + 1) * cpg; ++co) {
-                const float total = count + my.ch_count[co];
-                if (total > 0.0f) {
-                    const float delta = my.ch_mean[co] - mean, share = my.ch_count[co] / total;
-                    mean += delta * share;
-                    m2 += my.ch_m2[co] + delta * delta * count * share;
-                }
-                count = total;
-            }
+            Moments m{0.0f, 0.0f, 0.0f};
+            for (int co = wtid * cpg; co < (wtid + 1) * cpg; ++co)
+                m = merged(m, Moments{my.ch_count[co], my.ch_mean[co], my.ch_m2[co]});
             float* out = p.tile_stats + (static_cast<long long>(tile) * p.groups + wtid) * 2;
-            out[0] = mean;
-            out[1] = m2;
+            out[0] = m.mean;
+            out[1] = m.m2;
         }
         // The staged tile and the channel statistics are rewritten only after the next
         // tile's first barrier, which every thread of the warpgroup reaches after (5), (6).

@@ -159,24 +159,27 @@ def one_pass(m, x, lo, hi):
 
 
 # Cin <= 8 with at most 12 taps runs the halo kernel (v2), the others the gather kernel (v1).
-@pytest.mark.parametrize("n,cin,cout,hw,groups,lo,hi,mean,k", [
-    (2, 8, 64, (128, 128), 16, 0.0, 1.0, 0.0, 3),
-    (3, 3, 20, (21, 19), 5, -1.0, 0.7, 0.0, 3),
-    (1, 8, 64, (37, 70), 8, -2.0, 2.0, 0.0, 3),
-    (2, 16, 48, (16, 16), 4, 0.0, 1.0, 0.0, 3),
-    (2, 8, 64, (40, 40), 16, -10.0, 10.0, 1000.0, 3),  # large mean, small variance
-    (1, 1, 1, (6, 6), 1, -5.0, 5.0, 0.0, 3),
-    (2, 5, 24, (23, 18), 6, -1.0, 1.0, 0.0, 1),
-    (1, 7, 33, (19, 25), 3, -1.0, 1.0, 0.0, 2),
-    (1, 4, 32, (19, 25), 8, -1.0, 1.0, 0.0, 5),  # 25 taps: v1
-    (1, 8, 64, (131, 9), 16, -1.0, 1.0, 0.0, 3),
+@pytest.mark.parametrize("n,cin,cout,hw,groups,lo,hi,mean,k,bias", [
+    (2, 8, 64, (128, 128), 16, 0.0, 1.0, 0.0, 3, 0.0),
+    (3, 3, 20, (21, 19), 5, -1.0, 0.7, 0.0, 3, 0.0),
+    (1, 8, 64, (37, 70), 8, -2.0, 2.0, 0.0, 3, 0.0),
+    (2, 16, 48, (16, 16), 4, 0.0, 1.0, 0.0, 3, 0.0),
+    (2, 8, 64, (40, 40), 16, -10.0, 10.0, 1000.0, 3, 0.0),  # large mean, small variance
+    # A conv bias far outside the conv's spread (at -10, torch fp32 itself is 1.1e-4 from float64).
+    (2, 8, 64, (40, 40), 16, -10.0, 10.0, 0.0, 3, -3.0),
+    (1, 1, 1, (6, 6), 1, -5.0, 5.0, 0.0, 3, 0.0),
+    (2, 5, 24, (23, 18), 6, -1.0, 1.0, 0.0, 1, 0.0),
+    (1, 7, 33, (19, 25), 3, -1.0, 1.0, 0.0, 2, 0.0),
+    (1, 4, 32, (19, 25), 8, -1.0, 1.0, 0.0, 5, 0.0),  # 25 taps: v1
+    (1, 8, 64, (131, 9), 16, -1.0, 1.0, 0.0, 3, 0.0),
 ])
-def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean, k):
+def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean, k, bias):
     torch.manual_seed(n * 1000 + cout)
     m = p85_model(cin, cout, groups, lo, hi, k)
     with torch.no_grad():
         for p in (m.group_norm.weight, m.group_norm.bias, m.scale):
             p.copy_(torch.randn_like(p))  # negative gamma * scale included
+        m.conv.bias.add_(bias)
         x = rand(n, cin, *hw, low=0.0) + mean
         ref32, ref64 = m(x), copy.deepcopy(m).double()(x.double())
         poison_next(*ref32.shape)
