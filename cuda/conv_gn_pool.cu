@@ -293,7 +293,8 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 //            Chan merges across the 4 windows of a tile (shuffles) and the channels of a group.
 // Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
 // a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v1 otherwise.
-constexpr int kV2Threads = 256;
+constexpr int kV2Warpgroups = 3;
+constexpr int kV2Threads = 128 * kV2Warpgroups;
 constexpr int kV2MaxKBlocks = 3;
 enum : int {
     kV2MaxTaps = 4 * kV2MaxKBlocks,                // a k-block holds 4 taps of 8 channels
@@ -324,7 +325,7 @@ struct WarpgroupSmem {
 static_assert(sizeof(WarpgroupSmem) % 16 == 0, "16-byte aligned arrays");
 
 __host__ __device__ inline int v2_smem_bytes(int num_kb) {
-    return 1024 + num_kb * 3 * kBN * 128 + 2 * static_cast<int>(sizeof(WarpgroupSmem)) +
+    return 1024 + num_kb * 3 * kBN * 128 + kV2Warpgroups * static_cast<int>(sizeof(WarpgroupSmem)) +
            kHaloItems * static_cast<int>(sizeof(int4));
 }
 
@@ -337,6 +338,17 @@ __device__ __forceinline__ int halo_offset(int p, int q) { return p * kHaloPixel
 
 __device__ __forceinline__ void warpgroup_sync(int warpgroup) {  // its 128 threads only
     asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+}
+// The same barrier, returning whether `pred` holds in all 128 threads.
+__device__ __forceinline__ bool warpgroup_sync_and(int warpgroup, bool pred) {
+    uint32_t all;
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n"
+        " bar.red.and.pred q, %2, 128, p;\n selp.u32 %0, 1, 0, q;\n}"
+        : "=r"(all)
+        : "r"(static_cast<uint32_t>(pred)), "r"(1 + warpgroup)
+        : "memory");
+    return all != 0;
 }
 
 __global__ void __launch_bounds__(kV2Threads, 1)
@@ -353,7 +365,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     const int num_kb = layout.num_kb;
     WarpgroupSmem* wg_smem = reinterpret_cast<WarpgroupSmem*>(weights + num_kb * 3 * kBN * 128);
     // [kHaloItems]: where each halo item comes from and goes (below).
-    int4* halo_plan = reinterpret_cast<int4*>(wg_smem + 2);
+    int4* halo_plan = reinterpret_cast<int4*>(wg_smem + kV2Warpgroups);
 
     const int tid = threadIdx.x;
     const int warpgroup = tid / 128, wtid = tid % 128;  // wtid: the thread within its warpgroup
@@ -425,8 +437,8 @@ __global__ void __launch_bounds__(kV2Threads, 1)
 
     const uint64_t desc0 = make_smem_desc_sw128(smem_address(weights));
     const int total_tiles = f.batch * bands.tiles_per_image;
-    const int first = 2 * static_cast<int>(blockIdx.x) + warpgroup;
-    const int step = 2 * static_cast<int>(gridDim.x);
+    const int first = kV2Warpgroups * static_cast<int>(blockIdx.x) + warpgroup;
+    const int step = kV2Warpgroups * static_cast<int>(gridDim.x);
     auto fetch_halo = [&](int tile) {
         int n, band, col_block;
         bands.tile(tile, n, band, col_block);
@@ -454,12 +466,14 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         // (1) This tile's halo into shared memory, split. The previous tile's reads of the
         // halo ended before its epilogue's barriers; each thread splits the values it copied.
         cp_async_wait_all();
+        bool finite = true;  // every value this thread split is finite (cross == big)
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
             const int at = halo_plan[wtid + 128 * it].z;
             if (at >= 0) {
                 const Tf32Split lo = split_tf32_truncated(my.raw[0][wtid + 128 * it]);
                 const Tf32Split hi = split_tf32_truncated(my.raw[1][wtid + 128 * it]);
+                finite = finite && lo.cross == lo.big && hi.cross == hi.big;
                 *reinterpret_cast<uint2*>(my.halo + at) = make_uint2(lo.big, hi.big);
                 *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =
                     make_uint2(lo.small, hi.small);
@@ -467,63 +481,85 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                     make_uint2(lo.cross, hi.cross);
             }
         }
-        warpgroup_sync(warpgroup);
+        const bool finite_tile = warpgroup_sync_and(warpgroup, finite);
         // (2) The next tile's halo, in flight during this tile's work.
         if (tile + step < total_tiles) fetch_halo(tile + step);
 
         // (3) The products, one k-step a tap: the thread's A registers are channels
-        // quad_col and quad_col + 4 of tap j at its two rows' pixels, then 3 wgmmas. Two
-        // register buffers: tap j + 1 is read while tap j's wgmmas run.
+        // quad_col and quad_col + 4 of tap j at its two rows' pixels, then 3 wgmmas. In a
+        // tile of finite values (all but those with an Inf or NaN input) the cross part is the
+        // big part, so a tap needs two parts, and tap j + 1's registers are loaded before tap
+        // j's wgmmas are issued (three buffers): the loads' latency hides behind the wait for
+        // tap j - 1, instead of stalling the next wgmma. Other tiles load all three parts of
+        // a tap just before its wgmmas and wait for them, one tap at a time.
         float acc_big[kAcc], acc_cross[kAcc];
-        uint32_t a[2][3][4];  // [buffer][big, small, cross][wgmma register]
         const int row_at[2] = {halo_offset(row_pixel[0], quad_col),
                                halo_offset(row_pixel[1], quad_col)};
-#pragma unroll
-        for (int j = 0; j < kV2MaxTaps; ++j) {
-            if (j < shape.taps) {
-                uint32_t (&buf)[3][4] = a[j % 2];
-                if (j >= 2) {
-                    wgmma_wait<1>();  // tap j - 2's wgmmas are done: this buffer is free
-#pragma unroll
-                    for (int part = 0; part < 3; ++part) pin_registers(buf[part]);
-                }
+        auto products = [&](auto finite_values) {
+            constexpr bool kFinite = decltype(finite_values)::value;
+            constexpr int kParts = kFinite ? 2 : 3;  // big, small (, cross)
+            constexpr int kBuffers = kFinite ? 3 : 1;
+            uint32_t a[kBuffers][kParts][4];  // [buffer][part][wgmma register]
+            auto load_tap = [&](int j, uint32_t (&buf)[kParts][4]) {
                 const int tap_at = shape.tap_offset[j] * kHaloPixelBytes;
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int at = row_at[h] + tap_at;
+                for (int h = 0; h < 2; ++h)
 #pragma unroll
-                    for (int part = 0; part < 3; ++part) {
-                        const uint2 v =
-                            *reinterpret_cast<const uint2*>(my.halo + part * kHaloArrayBytes + at);
+                    for (int part = 0; part < kParts; ++part) {
+                        const uint2 v = *reinterpret_cast<const uint2*>(
+                            my.halo + part * kHaloArrayBytes + row_at[h] + tap_at);
                         buf[part][h] = v.x;      // channel t: logical column t
                         buf[part][2 + h] = v.y;  // channel t + 4: column t + 4
                     }
+            };
+            if (kFinite) load_tap(0, a[0]);
+#pragma unroll
+            for (int j = 0; j < kV2MaxTaps; ++j) {
+                if (j < shape.taps) {
+                    uint32_t (&buf)[kParts][4] = a[j % kBuffers];
+                    if (!kFinite) load_tap(j, buf);
+                    // Buffer (j + 1) % 3 last held tap j - 2, done since step j - 1's wait.
+                    if (kFinite && j + 1 < shape.taps) load_tap(j + 1, a[(j + 1) % kBuffers]);
+                    // k-block j / 4's tiles, k-step j % 4 (32 bytes, 2 in the descriptor's
+                    // 16-byte units): compile-time offsets from the first tile's descriptor.
+                    constexpr int kTile = kBN * 128 / 16;
+                    const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
+                    const uint64_t desc_small = desc_big + kTile;
+                    const uint64_t desc_cross = b_cross_tile ? desc_big + 2 * kTile : desc_big;
+#pragma unroll
+                    for (int part = 0; part < kParts; ++part) pin_registers(buf[part]);
+                    pin_registers(acc_big);
+                    pin_registers(acc_cross);
+                    wgmma_fence();
+                    const int accumulate = j > 0;  // tap 0 starts both afresh
+                    Mma::mma(acc_cross, buf[1], desc_cross, accumulate);
+                    Mma::mma(acc_cross, buf[kFinite ? 0 : 2], desc_small, 1);
+                    Mma::mma(acc_big, buf[0], desc_big, accumulate);
+                    wgmma_commit();
+                    if (kFinite) {
+                        wgmma_wait<1>();  // tap j - 1's wgmmas are done: its buffer is free
+#pragma unroll
+                        for (int part = 0; part < kParts; ++part)
+                            pin_registers(a[(j + 2) % kBuffers][part]);
+                    } else {
+                        wgmma_wait<0>();
+#pragma unroll
+                        for (int part = 0; part < kParts; ++part) pin_registers(buf[part]);
+                    }
                 }
-                // k-block j / 4's tiles, k-step j % 4 (32 bytes, 2 in the descriptor's
-                // 16-byte units): compile-time offsets from the first tile's descriptor.
-                constexpr int kTile = kBN * 128 / 16;
-                const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
-                const uint64_t desc_small = desc_big + kTile;
-                const uint64_t desc_cross = b_cross_tile ? desc_big + 2 * kTile : desc_big;
-#pragma unroll
-                for (int part = 0; part < 3; ++part) pin_registers(buf[part]);
-                pin_registers(acc_big);
-                pin_registers(acc_cross);
-                wgmma_fence();
-                const int accumulate = j > 0;  // tap 0 starts both afresh
-                Mma::mma(acc_cross, buf[1], desc_cross, accumulate);
-                Mma::mma(acc_cross, buf[2], desc_small, 1);
-                Mma::mma(acc_big, buf[0], desc_big, accumulate);
-                wgmma_commit();
             }
-        }
-        wgmma_wait<0>();
+            wgmma_wait<0>();
 #pragma unroll
-        for (int b = 0; b < 2; ++b)
+            for (int b = 0; b < kBuffers; ++b)
 #pragma unroll
-            for (int part = 0; part < 3; ++part) pin_registers(a[b][part]);
-        pin_registers(acc_big);
-        pin_registers(acc_cross);
+                for (int part = 0; part < kParts; ++part) pin_registers(a[b][part]);
+            pin_registers(acc_big);
+            pin_registers(acc_cross);
+        };
+        if (finite_tile)
+            products(std::true_type{});
+        else
+            products(std::false_type{});
 
         // (4) The tile through shared memory as [channel][pixel]: element 4 nb + 2h + j of the
         // accumulators is (pixel 16 warp + quad_row + 8h, channel 8 nb + 2 quad_col + j).
@@ -700,8 +736,10 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (err != cudaSuccess) return err;
         const long long tiles = static_cast<long long>(batch) * v2_bands.tiles_per_image;
-        const long long pairs = (tiles + 1) / 2;  // a CTA's two warpgroups take a tile each
-        const int ctas = static_cast<int>(pairs < tf32x3::sm_count() ? pairs : tf32x3::sm_count());
+        // A CTA's warpgroups take a tile each.
+        const long long groups_of_tiles = (tiles + kV2Warpgroups - 1) / kV2Warpgroups;
+        const int ctas = static_cast<int>(
+            groups_of_tiles < tf32x3::sm_count() ? groups_of_tiles : tf32x3::sm_count());
         conv_gn_pool_v2_kernel<<<ctas, kV2Threads, smem, stream>>>(x, p, layout, params, f,
                                                                    v2_bands, shape);
         finalize_bands = v2_bands;
