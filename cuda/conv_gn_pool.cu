@@ -304,7 +304,7 @@ enum : int {
 constexpr int kHaloPixels = 128;
 constexpr int kHaloItems = kHaloPixels * 4;  // (pixel, channels q and q + 4) items of a halo
 constexpr int kHaloIters = kHaloItems / 128;  // halo items a thread copies and splits
-constexpr int kHaloPixelBytes = 40;  // 8 channels + 8 bytes of padding (see halo_offset)
+constexpr int kHaloPixelBytes = 32;  // 8 channels, channel-last (see halo_offset)
 constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
 constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row of the staged tile
 
@@ -330,10 +330,11 @@ __host__ __device__ inline int v2_smem_bytes(int num_kb) {
 }
 
 // Byte offset of channels (q, q + 4) of halo pixel p: channel-last, the pair a wgmma k-step
-// gives one thread (logical columns t and t + 4) side by side. Pixels are 40 bytes apart, not
-// 32: the halo's 8-byte stores (consecutive threads, consecutive pixels) then start at banks
-// 10 p mod 32, distinct even banks for any 16 consecutive p, so a half-warp fills the 32 banks
-// once; and a k-step's address is a plain sum, no swizzle to compute.
+// gives one thread (logical columns t and t + 4) side by side, so a k-step's address is a
+// plain sum. No bank conflicts either way: a k-step's 8-byte loads (half a warp: 4 pixels
+// g = 0..3 one column apart at stride 1, q = 0..3) start at banks 8 g + 2 q, and the split's
+// 8-byte stores (half a warp: 4 consecutive pixels, q = 0..3, see halo_plan) likewise; each
+// half-warp covers the 32 banks once. (A pitch of 40 bytes, tried first, conflicts 2-way.)
 __device__ __forceinline__ int halo_offset(int p, int q) { return p * kHaloPixelBytes + q * 8; }
 
 __device__ __forceinline__ void warpgroup_sync(int warpgroup) {  // its 128 threads only
@@ -378,6 +379,9 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     // k-step j is tap j (k = 8 tap + channel). Same k-block, same 128-byte swizzle.
     {
         const int values = num_kb * 3 * kBN * tf32x3::kBlockK;  // [kb][part][row n][column L]
+        // Unrolled so that a thread's global loads are in flight together (run once per CTA,
+        // but a loop of dependent loads took ~5% of the kernel's time in ncu's samples).
+#pragma unroll 8
         for (int i = tid; i < values; i += kV2Threads) {
             const int column = i % tf32x3::kBlockK, n = (i / tf32x3::kBlockK) % kBN;
             const int tile = i / (tf32x3::kBlockK * kBN);  // = 3 kb + part
@@ -393,25 +397,27 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         }
         fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
     }
-    // Halo item i = wtid + 128 it = q * halo_pixels + hr * halo_w + hc (q < 4): channels q
-    // and q + 4 of halo pixel (hr, hc), the pair a k-step's A register holds, so a thread
-    // copies both, splits both and stores each part as one 8-byte pair. Consecutive threads
-    // read consecutive columns of one input row (coalesced). The decoding is the same for
-    // every tile and both warpgroups: warpgroup 0 writes it once into halo_plan, {offsets of
-    // channels q and q + 4 from the tile's first input pixel (-1: no such channel), byte
-    // offset in the halo arrays (-1: past the halo), hr << 16 | hc}.
+    // Halo item i = wtid + 128 it = 4 pixel + q, pixel = hr * halo_w + hc: channels q and
+    // q + 4 of halo pixel (hr, hc), the pair a k-step's A register holds, so a thread copies
+    // both, splits both and stores each part as one 8-byte pair. A warp reads 8 consecutive
+    // columns of an input row in each of 8 channel planes (a 32-byte sector each). The
+    // decoding is the same for every tile and every warpgroup: warpgroup 0 writes it once into
+    // halo_plan, {offsets of channels q and q + 4 from the tile's first input pixel (-1: no
+    // such channel or past the halo), byte offset in the halo arrays (-1: past the halo),
+    // hr << 16 | hc}.
     const int halo_pixels = shape.halo_h * shape.halo_w;
     const int plane = g.height * g.width;
     if (warpgroup == 0) {
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
             const int i = wtid + 128 * it;
-            const int q = i / halo_pixels, pixel = i - q * halo_pixels;
+            const int pixel = i / 4, q = i % 4;
+            const bool in_halo = pixel < halo_pixels;
             const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
             const int at = hr * g.width + hc;
-            halo_plan[i] = make_int4(q < g.channels ? q * plane + at : -1,
-                                     q + 4 < g.channels ? (q + 4) * plane + at : -1,
-                                     q < 4 ? halo_offset(pixel, q) : -1, hr << 16 | hc);
+            halo_plan[i] = make_int4(in_halo && q < g.channels ? q * plane + at : -1,
+                                     in_halo && q + 4 < g.channels ? (q + 4) * plane + at : -1,
+                                     in_halo ? halo_offset(pixel, q) : -1, hr << 16 | hc);
         }
     }
     // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
@@ -426,11 +432,13 @@ __global__ void __launch_bounds__(kV2Threads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
         row_pixel[h] = warp * g.stride_h * shape.halo_w + (quad_row + 8 * h) * g.stride_w;
-    // The epilogue's (channel, window) pairs of this thread: q = wtid + 128 j.
+    // The epilogue's (channel, window) pairs of this thread (see (5)).
     float pair_bias[kWindowPairs / 128], pair_sign[kWindowPairs / 128];
+    const int pair_window = lane / 8;
+    auto pair_channel = [&](int j) { return 8 * (4 * j + warp) + lane % 8; };
 #pragma unroll
     for (int j = 0; j < kWindowPairs / 128; ++j) {
-        const int co = (wtid + 128 * j) / kV2Windows;
+        const int co = pair_channel(j);
         pair_bias[j] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
         pair_sign[j] = extreme_sign(p, f.cout, co);
     }
@@ -572,22 +580,28 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         warpgroup_sync(warpgroup);
 
         // (5) Per (channel, window) pair: the extreme and the moments of the window's values,
-        // then the moments merged across the channel's 4 windows (lanes xor 1, 2). The staged
-        // values are sign * x without the bias (the bias moves neither the extremes' order nor
-        // the spread): extreme = sign * max + bias and mean = sign * mean' + bias, one rounding
-        // each, as if the bias had been added first. A whole tile (all but the last band and
-        // column block) takes the path with no masks and no division; the branch is uniform
-        // across the warpgroup, so the shuffles inside it see every lane.
+        // then the moments merged across the channel's 4 windows. Pair j of lane l in warp w:
+        // channel 8 (4 j + w) + l % 8, window l / 8, so the 8 lanes of a 16-byte load phase
+        // read 8 channels' rows (pitch 68 floats: banks 4 c apart, no conflict), and the
+        // windows of a channel are lanes xor 8, 16, its neighbour channels lanes xor 1, 2, 4.
+        // The staged values are sign * x without the bias (the bias moves neither the
+        // extremes' order nor the spread): extreme = sign * max + bias and mean = sign * mean'
+        // + bias, one rounding each, as if the bias had been added first. A whole tile (all but
+        // the last band and column block) takes the path with no masks and no division; the
+        // branch is uniform across the warpgroup, so the shuffles inside it see every lane.
         int n, band, col_block;
         bands.tile(tile, n, band, col_block);
         const int rows_here = min(kPool, g.out_h - kPool * band);
         const int cols_here = min(kV2BandCols, g.out_w - kV2BandCols * col_block);
+        const int cpg = f.cout / p.groups;
+        // A group of 1, 2, 4 or 8 channels lies in the lanes of one pair: merged by shuffles.
+        const bool groups_in_lanes = cpg <= 8 && (cpg & (cpg - 1)) == 0;
+        const int w = pair_window;
         auto window_pairs = [&](auto whole_tile) {
             constexpr bool kWhole = decltype(whole_tile)::value;
 #pragma unroll
             for (int j = 0; j < kWindowPairs / 128; ++j) {
-                const int q = wtid + 128 * j;
-                const int co = q / kV2Windows, w = q % kV2Windows;
+                const int co = pair_channel(j);
                 float v[kPool][kPool];
 #pragma unroll
                 for (int r = 0; r < kPool; ++r) {
@@ -639,16 +653,28 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                     }
                 }
                 m.m2 = (row_m2[0] + row_m2[1]) + (row_m2[2] + row_m2[3]);
-#pragma unroll
-                for (int d = 1; d < kV2Windows; d *= 2) {
+                auto merge_lanes = [&](int d, auto equal_counts) {
                     const Moments other{__shfl_xor_sync(0xffffffffu, m.count, d),
                                         __shfl_xor_sync(0xffffffffu, m.mean, d),
                                         __shfl_xor_sync(0xffffffffu, m.m2, d)};
-                    m = merged<kWhole>(m, other);
-                }
-                if (w == 0) {
+                    m = merged<decltype(equal_counts)::value>(m, other);
+                };
+#pragma unroll
+                for (int d = 8; d < 8 * kV2Windows; d *= 2)
+                    merge_lanes(d, std::integral_constant<bool, kWhole>{});
+                m.mean = fmaf(pair_sign[j], m.mean, pair_bias[j]);  // channel co's moments
+                if (groups_in_lanes) {
+                    // The channels of a tile have equal counts: shares of 1/2 exactly.
+                    for (int d = 1; d < cpg; d *= 2) merge_lanes(d, std::true_type{});
+                    if (w == 0 && co % cpg == 0 && co < f.cout) {
+                        float* out =
+                            p.tile_stats + (static_cast<long long>(tile) * p.groups + co / cpg) * 2;
+                        out[0] = m.mean;
+                        out[1] = m.m2;
+                    }
+                } else if (w == 0) {
                     my.ch_count[co] = m.count;
-                    my.ch_mean[co] = fmaf(pair_sign[j], m.mean, pair_bias[j]);
+                    my.ch_mean[co] = m.mean;
                     my.ch_m2[co] = m.m2;
                 }
             }
@@ -657,19 +683,20 @@ __global__ void __launch_bounds__(kV2Threads, 1)
             window_pairs(std::true_type{});
         else
             window_pairs(std::false_type{});
-        warpgroup_sync(warpgroup);
-        // (6) Per group: its channels merged in order, written as the tile's statistics.
-        if (wtid < p.groups) {
-            const int cpg = f.cout / p.groups;
-            Moments m{0.0f, 0.0f, 0.0f};
-            for (int co = wtid * cpg; co < (wtid + 1) * cpg; ++co)
-                m = merged(m, Moments{my.ch_count[co], my.ch_mean[co], my.ch_m2[co]});
-            float* out = p.tile_stats + (static_cast<long long>(tile) * p.groups + wtid) * 2;
-            out[0] = m.mean;
-            out[1] = m.m2;
+        if (!groups_in_lanes) {  // (6) other groups: their channels merged in order
+            warpgroup_sync(warpgroup);
+            if (wtid < p.groups) {
+                Moments m{0.0f, 0.0f, 0.0f};
+                for (int co = wtid * cpg; co < (wtid + 1) * cpg; ++co)
+                    m = merged(m, Moments{my.ch_count[co], my.ch_mean[co], my.ch_m2[co]});
+                float* out = p.tile_stats + (static_cast<long long>(tile) * p.groups + wtid) * 2;
+                out[0] = m.mean;
+                out[1] = m.m2;
+            }
         }
         // The staged tile and the channel statistics are rewritten only after the next
-        // tile's first barrier, which every thread of the warpgroup reaches after (5), (6).
+        // tile's first barrier (after the split), which every thread of the warpgroup reaches
+        // after (5) and (6).
     }
 #else
     __trap();  // built without sm_90a: the Python layer refuses these kernels there

@@ -172,6 +172,7 @@ def one_pass(m, x, lo, hi):
     (1, 7, 33, (19, 25), 3, -1.0, 1.0, 0.0, 2, 0.0),
     (1, 4, 32, (19, 25), 8, -1.0, 1.0, 0.0, 5, 0.0),  # 25 taps: v1
     (1, 8, 64, (131, 9), 16, -1.0, 1.0, 0.0, 3, 0.0),
+    (1, 6, 64, (21, 30), 2, -1.0, 1.0, 0.0, 3, 0.0),  # 32 channels a group
 ])
 def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean, k, bias):
     torch.manual_seed(n * 1000 + cout)
