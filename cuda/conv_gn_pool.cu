@@ -310,6 +310,10 @@ constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row o
 
 struct V2Shape {
     int halo_h, halo_w, taps;
+    // log2 of the channels a group, where that is 0 to 3: the group then lies in the lanes of
+    // one (channel, window) pair of the epilogue and is merged by shuffles (see (5)); -1 for
+    // other group sizes, merged in shared memory. (A kernel parameter: no register held.)
+    int group_shift;
     // Halo pixels from a row's tap 0 to tap j = (r, s): r * dil_h * halo_w + s * dil_w.
     int tap_offset[kV2MaxTaps];
 };
@@ -444,6 +448,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     }
 
     const uint64_t desc0 = make_smem_desc_sw128(smem_address(weights));
+
     const int total_tiles = f.batch * bands.tiles_per_image;
     const int first = kV2Warpgroups * static_cast<int>(blockIdx.x) + warpgroup;
     const int step = kV2Warpgroups * static_cast<int>(gridDim.x);
@@ -461,10 +466,11 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                 static_cast<unsigned>(ih0 + (plan.w >> 16)) < static_cast<unsigned>(g.height) &&
                 static_cast<unsigned>(iw0 + (plan.w & 0xffff)) < static_cast<unsigned>(g.width);
             const bool has_q = inside && plan.x >= 0, has_q4 = inside && plan.y >= 0;
+            // (A copy of 0 bytes reads nothing; its address is the sample's first value.)
             cp_async4_or_zero(&my.raw[0][wtid + 128 * it],
-                              has_q ? origin + (origin_offset + plan.x) : x, has_q);
+                              has_q ? origin + (origin_offset + plan.x) : origin, has_q);
             cp_async4_or_zero(&my.raw[1][wtid + 128 * it],
-                              has_q4 ? origin + (origin_offset + plan.y) : x, has_q4);
+                              has_q4 ? origin + (origin_offset + plan.y) : origin, has_q4);
         }
         cp_async_commit();
     };
@@ -495,11 +501,12 @@ __global__ void __launch_bounds__(kV2Threads, 1)
 
         // (3) The products, one k-step a tap: the thread's A registers are channels
         // quad_col and quad_col + 4 of tap j at its two rows' pixels, then 3 wgmmas. In a
-        // tile of finite values (all but those with an Inf or NaN input) the cross part is the
-        // big part, so a tap needs two parts, and tap j + 1's registers are loaded before tap
-        // j's wgmmas are issued (three buffers): the loads' latency hides behind the wait for
-        // tap j - 1, instead of stalling the next wgmma. Other tiles load all three parts of
-        // a tap just before its wgmmas and wait for them, one tap at a time.
+        // tile of finite values (all but those with an Inf or NaN input) and finite weights,
+        // the cross parts are the big parts, so a tap needs two parts of A, B's big tile
+        // serves its cross terms, and tap j + 1's registers are loaded before tap j's wgmmas
+        // are issued (three buffers): the loads' latency hides behind the wait for tap j - 1,
+        // instead of stalling the next wgmma. Other tiles load all three parts of a tap just
+        // before its wgmmas and wait for them, one tap at a time.
         float acc_big[kAcc], acc_cross[kAcc];
         const int row_at[2] = {halo_offset(row_pixel[0], quad_col),
                                halo_offset(row_pixel[1], quad_col)};
@@ -533,7 +540,8 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                     constexpr int kTile = kBN * 128 / 16;
                     const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
                     const uint64_t desc_small = desc_big + kTile;
-                    const uint64_t desc_cross = b_cross_tile ? desc_big + 2 * kTile : desc_big;
+                    const uint64_t desc_cross =
+                        !kFinite && b_cross_tile ? desc_big + 2 * kTile : desc_big;
 #pragma unroll
                     for (int part = 0; part < kParts; ++part) pin_registers(buf[part]);
                     pin_registers(acc_big);
@@ -564,7 +572,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
             pin_registers(acc_big);
             pin_registers(acc_cross);
         };
-        if (finite_tile)
+        if (finite_tile && !b_cross_tile)
             products(std::true_type{});
         else
             products(std::false_type{});
@@ -593,10 +601,8 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         bands.tile(tile, n, band, col_block);
         const int rows_here = min(kPool, g.out_h - kPool * band);
         const int cols_here = min(kV2BandCols, g.out_w - kV2BandCols * col_block);
-        const int cpg = f.cout / p.groups;
-        // A group of 1, 2, 4 or 8 channels lies in the lanes of one pair: merged by shuffles.
-        const bool groups_in_lanes = cpg <= 8 && (cpg & (cpg - 1)) == 0;
         const int w = pair_window;
+        const bool groups_in_lanes = shape.group_shift >= 0;
         auto window_pairs = [&](auto whole_tile) {
             constexpr bool kWhole = decltype(whole_tile)::value;
 #pragma unroll
@@ -665,10 +671,13 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                 m.mean = fmaf(pair_sign[j], m.mean, pair_bias[j]);  // channel co's moments
                 if (groups_in_lanes) {
                     // The channels of a tile have equal counts: shares of 1/2 exactly.
-                    for (int d = 1; d < cpg; d *= 2) merge_lanes(d, std::true_type{});
-                    if (w == 0 && co % cpg == 0 && co < f.cout) {
+#pragma unroll
+                    for (int d = 1; d < 8; d *= 2)
+                        if (d < (1 << shape.group_shift)) merge_lanes(d, std::true_type{});
+                    const int group = co >> shape.group_shift;
+                    if (w == 0 && co == group << shape.group_shift && co < f.cout) {
                         float* out =
-                            p.tile_stats + (static_cast<long long>(tile) * p.groups + co / cpg) * 2;
+                            p.tile_stats + (static_cast<long long>(tile) * p.groups + group) * 2;
                         out[0] = m.mean;
                         out[1] = m.m2;
                     }
@@ -686,6 +695,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         if (!groups_in_lanes) {  // (6) other groups: their channels merged in order
             warpgroup_sync(warpgroup);
             if (wtid < p.groups) {
+                const int cpg = f.cout / p.groups;
                 Moments m{0.0f, 0.0f, 0.0f};
                 for (int co = wtid * cpg; co < (wtid + 1) * cpg; ++co)
                     m = merged(m, Moments{my.ch_count[co], my.ch_mean[co], my.ch_m2[co]});
@@ -752,7 +762,10 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
     BandPixels finalize_bands = bands;  // the tiles whose statistics the finalize merges
     V2Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
                   (kV2BandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
-                  g.kernel_h * g.kernel_w, {}};
+                  g.kernel_h * g.kernel_w, -1, {}};
+    const int cpg = out_channels / a.groups;
+    for (int shift = 0; shift <= 3; ++shift)
+        if (cpg == 1 << shift) shape.group_shift = shift;
     for (int j = 0; j < kV2MaxTaps && j < shape.taps; ++j)
         shape.tap_offset[j] =
             (j / g.kernel_w) * g.dil_h * shape.halo_w + (j % g.kernel_w) * g.dil_w;

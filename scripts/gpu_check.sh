@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call of the device machine:
 #   env -> install (the README's command) -> build -> pytest (every test, GPU ones included)
-#   -> compute-sanitizer memcheck + racecheck -> main job (scratchops run) -> short bench.
+#   -> compute-sanitizer memcheck + racecheck -> main job (scratchops run) -> short bench
+#   -> the implicit-GEMM conv's accuracy over many draws (scripts/accuracy_probe.py).
 # Usage: scripts/gpu_check.sh [STEP ...]   (default: all steps, in that order)
 # The GPU machine has no network: pip takes what it needs from .whl/ (PIP_NO_INDEX and
 # PIP_FIND_LINKS are set below, for the install step and for tests/test_packaging.py's wheel
@@ -23,7 +24,7 @@ export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl"
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(env install build pytest memcheck racecheck run bench)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(env install build pytest memcheck racecheck run bench accuracy)
 
 SANITIZE="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 1 --print-limit 20"
 declare -a SUMMARY
@@ -52,6 +53,7 @@ for step in "${STEPS[@]}"; do
     racecheck) run_step racecheck 600 $SANITIZE --tool racecheck $PY scripts/sanitize_driver.py ;;
     run) run_step run 900 $PY -m scratchops run --json "$OUT/run.json" ${RUN_ARGS:-} ;;
     bench) run_step bench 900 $PY -m scratchops bench ${BENCH_ARGS---quick} --out "$OUT/bench" ;;
+    accuracy) run_step accuracy 300 $PY scripts/accuracy_probe.py ;;
     *) echo "unknown step: $step"; exit 2 ;;
     esac
 done
