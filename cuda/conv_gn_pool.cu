@@ -303,7 +303,8 @@ enum : int {
 };
 constexpr int kHaloPixels = 128;
 constexpr int kHaloItems = kHaloPixels * 4;  // (pixel, channels q and q + 4) items of a halo
-constexpr int kHaloIters = kHaloItems / 128;  // halo items a thread copies and splits
+enum : int { kHaloIters = kHaloItems / 128 };  // items a thread copies and splits (an enum:
+                                               // unused without sm_90a)
 constexpr int kHaloPixelBytes = 32;  // 8 channels, channel-last (see halo_offset)
 constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
 constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row of the staged tile
