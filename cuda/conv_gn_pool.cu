@@ -22,11 +22,11 @@
 //   v2 the same two kernels and the same workspace, with a convolution kernel of its own for
 //      Cin <= 8 (P85's 8): the input halo of a tile staged and split once in shared memory
 //      instead of every im2col value gathered and split, one k-step a tap instead of the
-//      packing's padded 4-taps-a-k-step order, and two warpgroups on separate 4 x 16 tiles
-//      so that one's epilogue overlaps the other's wgmmas (see "v2" below).
+//      packing's padded 4-taps-a-k-step order, and three warpgroups on separate 4 x 16 tiles
+//      so that one's epilogue overlaps the others' wgmmas (see "v2" below).
 //      conv_gn_pool_launch runs v2 where it covers the shape, v1 elsewhere.
 //   Memory traffic (P85 at batch 128): the input once (67 MB, plus cache re-reads), the
-//   extremes written and read once (16 MB each), the output (32 MB), the statistics (1 MB).
+//   extremes written and read once (32 MB each), the output (32 MB), the statistics (1 MB).
 #include <type_traits>
 
 #include "conv_implicit.cuh"
@@ -236,46 +236,60 @@ __global__ void __launch_bounds__(kFinalizeThreads)
                     float lo, float hi) {
     const int n = blockIdx.x / groups, group = blockIdx.x % groups;
     const int cpg = cout / groups;
-    // Each thread merges tiles tid, tid + T, ... (T = blockDim.x) in order; then a fixed tree.
+    // Each thread merges tiles tid, tid + T, ... (T = blockDim.x) in order; then a fixed tree:
+    // within each warp across lanes xor 16, 8, 4, 2, 1, then across the warps the same way.
     Moments m{0.0f, 0.0f, 0.0f};
     for (int tile = threadIdx.x; tile < bands.tiles_per_image; tile += kFinalizeThreads) {
         const int band = tile / bands.col_blocks, col_block = tile % bands.col_blocks;
         const float c = static_cast<float>(min(kPool, out_h - kPool * band) *
                                            min(bands.cols, out_w - bands.cols * col_block) * cpg);
-        const float* s = tile_stats +
-                         ((static_cast<long long>(n) * bands.tiles_per_image + tile) * groups +
-                          group) * 2;
-        m = merged(m, Moments{c, s[0], s[1]});
+        const float2 s = *reinterpret_cast<const float2*>(
+            tile_stats +
+            ((static_cast<long long>(n) * bands.tiles_per_image + tile) * groups + group) * 2);
+        m = merged(m, Moments{c, s.x, s.y});
     }
-    __shared__ Moments merging[kFinalizeThreads];
-    merging[threadIdx.x] = m;
+    auto merge_warp = [&](int lanes) {
+        for (int d = lanes / 2; d > 0; d /= 2) {
+            const Moments other{__shfl_xor_sync(0xffffffffu, m.count, d),
+                                __shfl_xor_sync(0xffffffffu, m.mean, d),
+                                __shfl_xor_sync(0xffffffffu, m.m2, d)};
+            m = merged(m, other);
+        }
+    };
+    constexpr int kWarps = kFinalizeThreads / 32;
+    __shared__ Moments per_warp[kWarps];
+    merge_warp(32);
+    if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = m;
     __syncthreads();
-    for (int stride = kFinalizeThreads / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride)
-            merging[threadIdx.x] = merged(merging[threadIdx.x], merging[threadIdx.x + stride]);
-        __syncthreads();
-    }
-    const float group_mean = merging[0].mean;
-    const float variance = fmaxf(merging[0].m2 / merging[0].count, 0.0f);  // biased, as torch
+    m = threadIdx.x % 32 < kWarps ? per_warp[threadIdx.x % 32] : Moments{0.0f, 0.0f, 0.0f};
+    merge_warp(kWarps);  // every warp alike: lane 0 of each holds the group's moments
+    const float group_mean = __shfl_sync(0xffffffffu, m.mean, 0);
+    const float variance =  // biased, as torch
+        fmaxf(__shfl_sync(0xffffffffu, m.m2, 0) / __shfl_sync(0xffffffffu, m.count, 0), 0.0f);
     const float rstd = 1.0f / sqrtf(variance + eps);
 
+    // The group's channels one after another: a channel's parameters once, its windows by all
+    // threads (coalesced), unrolled so that a thread's loads are in flight together.
     const int windows = pool_h * pool_w;
-    for (int i = threadIdx.x; i < cpg * windows; i += kFinalizeThreads) {
-        const int co = group * cpg + i / windows;
-        const long long at = (static_cast<long long>(n) * cout + co) * windows + i % windows;
+    for (int co = group * cpg; co < (group + 1) * cpg; ++co) {
         const float g = gamma != nullptr ? gamma[co] : 1.0f;
         const float b = beta != nullptr ? beta[co] : 0.0f;
         const float s = scale != nullptr ? scale[co] : 1.0f;
-        const float v = ((extremes[at] - group_mean) * rstd * g + b) * s;
-        y[at] = nan_min(nan_max(v, lo), hi);
+        const long long plane = (static_cast<long long>(n) * cout + co) * windows;
+#pragma unroll 4
+        for (int w = threadIdx.x; w < windows; w += kFinalizeThreads) {
+            const float v = ((extremes[plane + w] - group_mean) * rstd * g + b) * s;
+            y[plane + w] = nan_min(nan_max(v, lo), hi);
+        }
     }
 }
 
 // ---------------------------------------------------------------------------------- v2
-// One CTA per SM (persistent), 256 threads = two warpgroups that work apart: each takes its
+// One CTA per SM (persistent), 384 threads = three warpgroups that work apart: each takes its
 // own tiles of 4 output rows x 16 columns (64 GEMM rows, one m64 wgmma) and synchronises
 // only its own 128 threads (named barriers), so one warpgroup's epilogue runs while the
-// other's wgmmas keep the tensor cores busy. Shared: the weights; per warpgroup: the rest.
+// others' wgmmas keep the tensor cores busy (three, not two: the kernel is bound by latency,
+// and 168 registers a thread still fit). Shared: the weights; per warpgroup: the rest.
 //   weights  the packed B (all k-blocks: big, small, cross) copied into shared memory once,
 //            re-laid so that k-step j is tap j's 8 channels (the packing interleaves 4 taps
 //            per k-step, for v1's gather): 9 k-steps for a 3 x 3 kernel instead of 12.
@@ -288,9 +302,12 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 //            in the other, added once at the end (the cross terms never meet the large
 //            running sum inside the tensor cores' truncating accumulation).
 //   epilogue the tile goes through shared memory as [channel][pixel]; a thread then owns one
-//            (channel, pooling window) at a time: four 16-byte loads, the window's extreme,
-//            its count, mean and centred sum of squares (two passes over 16 registers), and
-//            Chan merges across the 4 windows of a tile (shuffles) and the channels of a group.
+//            (channel, pooling window) at a time: four 16-byte loads and the window's extreme;
+//            the channel's mean and centred sum of squares over the tile, in two passes whose
+//            sums join the 4 windows' lanes (shuffles); Chan merges join the channels of a
+//            group (shuffles where the group lies in one warp's lanes). gamma * scale's sign is
+//            folded into the weights and the conv bias added only to the results, so the
+//            16 values of a window take no operation before their max and moments.
 // Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
 // a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v1 otherwise.
 constexpr int kV2Warpgroups = 3;
@@ -588,8 +605,8 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         }
         warpgroup_sync(warpgroup);
 
-        // (5) Per (channel, window) pair: the extreme and the moments of the window's values,
-        // then the moments merged across the channel's 4 windows. Pair j of lane l in warp w:
+        // (5) Per (channel, window) pair: the window's extreme, and the channel's moments over
+        // the tile (its 4 windows' lanes sum together, two passes). Pair j of lane l in warp w:
         // channel 8 (4 j + w) + l % 8, window l / 8, so the 8 lanes of a 16-byte load phase
         // read 8 channels' rows (pitch 68 floats: banks 4 c apart, no conflict), and the
         // windows of a channel are lanes xor 8, 16, its neighbour channels lanes xor 1, 2, 4.
@@ -598,6 +615,8 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         // + bias, one rounding each, as if the bias had been added first. A whole tile (all but
         // the last band and column block) takes the path with no masks and no division; the
         // branch is uniform across the warpgroup, so the shuffles inside it see every lane.
+        // (Until this step, moments went per window and Chan merges joined the 4 windows: more
+        // instructions for no accuracy gain, the centring being exact either way.)
         int n, band, col_block;
         bands.tile(tile, n, band, col_block);
         const int rows_here = min(kPool, g.out_h - kPool * band);
@@ -630,7 +649,9 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                 if (co < f.cout && band < p.pool_h && wc < p.pool_w)
                     p.extremes[((static_cast<long long>(n) * f.cout + co) * p.pool_h + band) *
                                    p.pool_w + wc] = fmaf(pair_sign[j], extreme, pair_bias[j]);
-                // Two passes over the registers: the sum, then the squares centred on the mean.
+                // The channel's moments over the tile, in two passes over the registers of its
+                // 4 windows' lanes (xor 8, 16): the sum, then the squares centred on the mean.
+                // (Both sums reach the 4 lanes in the same order: identical moments in each.)
                 const int cols = kWhole ? kPool : max(0, min(kPool, cols_here - kPool * w));
                 auto in_window = [&](int r, int c) {
                     return kWhole || (r < rows_here && c < cols);
@@ -643,11 +664,17 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                     for (int c = 1; c < kPool; ++c)
                         row_sum[r] += in_window(r, c) ? v[r][c] : 0.0f;
                 }
-                const float sum = (row_sum[0] + row_sum[1]) + (row_sum[2] + row_sum[3]);
+                auto sum_over_windows = [](float x) {
+#pragma unroll
+                    for (int d = 8; d < 8 * kV2Windows; d *= 2)
+                        x += __shfl_xor_sync(0xffffffffu, x, d);
+                    return x;
+                };
+                const float sum =
+                    sum_over_windows((row_sum[0] + row_sum[1]) + (row_sum[2] + row_sum[3]));
                 Moments m;
-                m.count = kWhole ? kPool * kPool : static_cast<float>(rows_here * cols);
-                m.mean = kWhole ? sum * (1.0f / (kPool * kPool))
-                                : m.count > 0.0f ? sum / m.count : 0.0f;
+                m.count = kWhole ? kPool * kV2BandCols : static_cast<float>(rows_here * cols_here);
+                m.mean = kWhole ? sum * (1.0f / (kPool * kV2BandCols)) : sum / m.count;
                 float row_m2[kPool];
 #pragma unroll
                 for (int r = 0; r < kPool; ++r) {
@@ -659,16 +686,13 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                         row_m2[r] += in_window(r, c) ? d * d : 0.0f;
                     }
                 }
-                m.m2 = (row_m2[0] + row_m2[1]) + (row_m2[2] + row_m2[3]);
+                m.m2 = sum_over_windows((row_m2[0] + row_m2[1]) + (row_m2[2] + row_m2[3]));
                 auto merge_lanes = [&](int d, auto equal_counts) {
                     const Moments other{__shfl_xor_sync(0xffffffffu, m.count, d),
                                         __shfl_xor_sync(0xffffffffu, m.mean, d),
                                         __shfl_xor_sync(0xffffffffu, m.m2, d)};
                     m = merged<decltype(equal_counts)::value>(m, other);
                 };
-#pragma unroll
-                for (int d = 8; d < 8 * kV2Windows; d *= 2)
-                    merge_lanes(d, std::integral_constant<bool, kWhole>{});
                 m.mean = fmaf(pair_sign[j], m.mean, pair_bias[j]);  // channel co's moments
                 if (groups_in_lanes) {
                     // The channels of a tile have equal counts: shares of 1/2 exactly.
