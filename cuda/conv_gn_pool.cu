@@ -66,11 +66,19 @@ struct BandPixels {
     }
 };
 
+// Where tile `tile` (of all, sample n's) writes group `group`'s mean and m2: a (sample,
+// group)'s tiles side by side, which the finalize reads in one coalesced sweep.
+__device__ __forceinline__ float* stats_at(float* tile_stats, const BandPixels& bands, int groups,
+                                           int tile, int n, int group) {
+    return tile_stats + ((static_cast<long long>(n) * groups + group) * bands.tiles_per_image +
+                         (tile - n * bands.tiles_per_image)) * 2;
+}
+
 struct Params {
     const float* conv_bias;  // (Cout) or nullptr
     const float* gamma;      // group norm weight (Cout) or nullptr (1)
     const float* scale;      // (Cout) or nullptr (1)
-    float* tile_stats;       // [n][tile][group]{mean, m2}
+    float* tile_stats;       // [n][group][tile of the image]{mean, m2}
     float* extremes;         // [n][channel][pool_h][pool_w]
     int groups, pool_h, pool_w;
 };
@@ -192,8 +200,7 @@ struct StatsAndExtremes {
         });
         consumers_sync();
         if (cthread < p.groups) {
-            float* out = p.tile_stats +
-                         (static_cast<long long>(tc.m0 / kTileRows) * p.groups + cthread) * 2;
+            float* out = stats_at(p.tile_stats, bands, p.groups, tc.m0 / kTileRows, n, cthread);
             out[0] = group_mean[cthread];
             out[1] = group_total(cthread);
         }
@@ -244,8 +251,8 @@ __global__ void __launch_bounds__(kFinalizeThreads)
         const float c = static_cast<float>(min(kPool, out_h - kPool * band) *
                                            min(bands.cols, out_w - bands.cols * col_block) * cpg);
         const float2 s = *reinterpret_cast<const float2*>(
-            tile_stats +
-            ((static_cast<long long>(n) * bands.tiles_per_image + tile) * groups + group) * 2);
+            tile_stats + ((static_cast<long long>(n) * groups + group) * bands.tiles_per_image +
+                          tile) * 2);
         m = merged(m, Moments{c, s.x, s.y});
     }
     auto merge_warp = [&](int lanes) {
@@ -621,6 +628,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         bands.tile(tile, n, band, col_block);
         const int rows_here = min(kPool, g.out_h - kPool * band);
         const int cols_here = min(kV2BandCols, g.out_w - kV2BandCols * col_block);
+        float* tile_group_stats = stats_at(p.tile_stats, bands, p.groups, tile, n, 0);  // group 0
         const int w = pair_window;
         const bool groups_in_lanes = shape.group_shift >= 0;
         auto window_pairs = [&](auto whole_tile) {
@@ -701,8 +709,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                         if (d < (1 << shape.group_shift)) merge_lanes(d, std::true_type{});
                     const int group = co >> shape.group_shift;
                     if (w == 0 && co == group << shape.group_shift && co < f.cout) {
-                        float* out =
-                            p.tile_stats + (static_cast<long long>(tile) * p.groups + group) * 2;
+                        float* out = tile_group_stats + 2 * group * bands.tiles_per_image;
                         out[0] = m.mean;
                         out[1] = m.m2;
                     }
@@ -724,7 +731,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                 Moments m{0.0f, 0.0f, 0.0f};
                 for (int co = wtid * cpg; co < (wtid + 1) * cpg; ++co)
                     m = merged(m, Moments{my.ch_count[co], my.ch_mean[co], my.ch_m2[co]});
-                float* out = p.tile_stats + (static_cast<long long>(tile) * p.groups + wtid) * 2;
+                float* out = tile_group_stats + 2 * wtid * bands.tiles_per_image;
                 out[0] = m.mean;
                 out[1] = m.m2;
             }
