@@ -17,8 +17,9 @@
 //      sum of squared deviations (two passes over the values in registers: exact centering,
 //      no cancellation when |mean| >> std), and (b) per (sample, channel, window) the max or
 //      the min of the conv values. (2) A finalize kernel, one block per (sample, group),
-//      merges the tiles' statistics in a fixed order (Chan's formula: deterministic, no
-//      atomics), then maps each window's extreme through the affine map and clamps.
+//      merges the tiles' statistics in a fixed order (as sums about one tile's mean, the
+//      shifted-data formulas: deterministic, no atomics, no division per merge), then maps
+//      each window's extreme through the affine map and clamps.
 //   v2 the same two kernels and the same workspace, with a convolution kernel of its own for
 //      Cin <= 8 (P85's 8): the input halo of a tile staged and split once in shared memory
 //      instead of every im2col value gathered and split, one k-step a tap instead of the
@@ -243,36 +244,52 @@ __global__ void __launch_bounds__(kFinalizeThreads)
                     float lo, float hi) {
     const int n = blockIdx.x / groups, group = blockIdx.x % groups;
     const int cpg = cout / groups;
-    // Each thread merges tiles tid, tid + T, ... (T = blockDim.x) in order; then a fixed tree:
-    // within each warp across lanes xor 16, 8, 4, 2, 1, then across the warps the same way.
-    Moments m{0.0f, 0.0f, 0.0f};
+    // The tiles' moments as sums about a shift K, the group's first tile's mean (the
+    // shifted-data formulas: no division per merge, and K lies within the group's spread, so
+    // the sums stay small on data with a large mean): each tile's c (mean - K) and
+    // m2 + c (mean - K)^2, added by each thread over tiles tid, tid + T, ... in order, then
+    // in a fixed tree (lanes xor 16 .. 1 within each warp, then across the warps alike).
+    const float* group_stats =
+        tile_stats + (static_cast<long long>(n) * groups + group) * bands.tiles_per_image * 2;
+    const float shift = group_stats[0];
+    float count = 0.0f, sum = 0.0f, sum_sq = 0.0f;
     for (int tile = threadIdx.x; tile < bands.tiles_per_image; tile += kFinalizeThreads) {
         const int band = tile / bands.col_blocks, col_block = tile % bands.col_blocks;
         const float c = static_cast<float>(min(kPool, out_h - kPool * band) *
                                            min(bands.cols, out_w - bands.cols * col_block) * cpg);
-        const float2 s = *reinterpret_cast<const float2*>(
-            tile_stats + ((static_cast<long long>(n) * groups + group) * bands.tiles_per_image +
-                          tile) * 2);
-        m = merged(m, Moments{c, s.x, s.y});
+        const float2 s = *reinterpret_cast<const float2*>(group_stats + 2 * tile);
+        const float d = s.x - shift;
+        count += c;
+        sum += c * d;
+        sum_sq += s.y + c * d * d;
     }
-    auto merge_warp = [&](int lanes) {
+    auto add_lanes = [&](int lanes) {
         for (int d = lanes / 2; d > 0; d /= 2) {
-            const Moments other{__shfl_xor_sync(0xffffffffu, m.count, d),
-                                __shfl_xor_sync(0xffffffffu, m.mean, d),
-                                __shfl_xor_sync(0xffffffffu, m.m2, d)};
-            m = merged(m, other);
+            count += __shfl_xor_sync(0xffffffffu, count, d);
+            sum += __shfl_xor_sync(0xffffffffu, sum, d);
+            sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, d);
         }
     };
     constexpr int kWarps = kFinalizeThreads / 32;
-    __shared__ Moments per_warp[kWarps];
-    merge_warp(32);
-    if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = m;
+    __shared__ float per_warp[3][kWarps];
+    add_lanes(32);
+    if (threadIdx.x % 32 == 0) {
+        per_warp[0][threadIdx.x / 32] = count;
+        per_warp[1][threadIdx.x / 32] = sum;
+        per_warp[2][threadIdx.x / 32] = sum_sq;
+    }
     __syncthreads();
-    m = threadIdx.x % 32 < kWarps ? per_warp[threadIdx.x % 32] : Moments{0.0f, 0.0f, 0.0f};
-    merge_warp(kWarps);  // every warp alike: lane 0 of each holds the group's moments
-    const float group_mean = __shfl_sync(0xffffffffu, m.mean, 0);
-    const float variance =  // biased, as torch
-        fmaxf(__shfl_sync(0xffffffffu, m.m2, 0) / __shfl_sync(0xffffffffu, m.count, 0), 0.0f);
+    const int lane = threadIdx.x % 32;
+    count = lane < kWarps ? per_warp[0][lane] : 0.0f;
+    sum = lane < kWarps ? per_warp[1][lane] : 0.0f;
+    sum_sq = lane < kWarps ? per_warp[2][lane] : 0.0f;
+    add_lanes(kWarps);  // every warp alike: lane 0 of each holds the group's sums
+    count = __shfl_sync(0xffffffffu, count, 0);
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    sum_sq = __shfl_sync(0xffffffffu, sum_sq, 0);
+    const float offset = sum / count;
+    const float group_mean = shift + offset;
+    const float variance = fmaxf((sum_sq - sum * offset) / count, 0.0f);  // biased, as torch
     const float rstd = 1.0f / sqrtf(variance + eps);
 
     // The group's channels one after another: a channel's parameters once, its windows by all
