@@ -67,12 +67,14 @@ struct BandPixels {
     }
 };
 
-// Where tile `tile` (of all, sample n's) writes group `group`'s mean and m2: a (sample,
+// Where tile `tile_in_image` of sample n keeps group `group`'s mean and m2: a (sample,
 // group)'s tiles side by side, which the finalize reads in one coalesced sweep.
-__device__ __forceinline__ float* stats_at(float* tile_stats, const BandPixels& bands, int groups,
-                                           int tile, int n, int group) {
-    return tile_stats + ((static_cast<long long>(n) * groups + group) * bands.tiles_per_image +
-                         (tile - n * bands.tiles_per_image)) * 2;
+template <class Float>
+__device__ __forceinline__ Float* stats_at(Float* tile_stats, const BandPixels& bands, int groups,
+                                           int n, int group, int tile_in_image) {
+    return tile_stats +
+           ((static_cast<long long>(n) * groups + group) * bands.tiles_per_image + tile_in_image) *
+               2;
 }
 
 struct Params {
@@ -201,7 +203,8 @@ struct StatsAndExtremes {
         });
         consumers_sync();
         if (cthread < p.groups) {
-            float* out = stats_at(p.tile_stats, bands, p.groups, tc.m0 / kTileRows, n, cthread);
+            float* out = stats_at(p.tile_stats, bands, p.groups, n, cthread,
+                                  tc.m0 / kTileRows - n * bands.tiles_per_image);
             out[0] = group_mean[cthread];
             out[1] = group_total(cthread);
         }
@@ -249,8 +252,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     // the sums stay small on data with a large mean): each tile's c (mean - K) and
     // m2 + c (mean - K)^2, added by each thread over tiles tid, tid + T, ... in order, then
     // in a fixed tree (lanes xor 16 .. 1 within each warp, then across the warps alike).
-    const float* group_stats =
-        tile_stats + (static_cast<long long>(n) * groups + group) * bands.tiles_per_image * 2;
+    const float* group_stats = stats_at(tile_stats, bands, groups, n, group, 0);
     const float shift = group_stats[0];
     float count = 0.0f, sum = 0.0f, sum_sq = 0.0f;
     for (int tile = threadIdx.x; tile < bands.tiles_per_image; tile += kFinalizeThreads) {
@@ -645,7 +647,9 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         bands.tile(tile, n, band, col_block);
         const int rows_here = min(kPool, g.out_h - kPool * band);
         const int cols_here = min(kV2BandCols, g.out_w - kV2BandCols * col_block);
-        float* tile_group_stats = stats_at(p.tile_stats, bands, p.groups, tile, n, 0);  // group 0
+        // Group 0's place; group g's is g runs of the image's tiles further (see stats_at).
+        float* tile_group_stats =
+            stats_at(p.tile_stats, bands, p.groups, n, 0, tile - n * bands.tiles_per_image);
         const int w = pair_window;
         const bool groups_in_lanes = shape.group_shift >= 0;
         auto window_pairs = [&](auto whole_tile) {
