@@ -235,18 +235,41 @@ struct StatsAndExtremes {
     }
 };
 
-// One block per (sample n, group): merge the tiles' statistics, then write the group's
-// channels' pooled, normalised, scaled and clamped outputs.
+// One block per (sample n, group), blockIdx = (n, group): merge the tiles' statistics, then
+// write the group's channels' pooled, normalised, scaled and clamped outputs. Its blocks are
+// short and many run at once, so the instructions they issue count (docs/notes.md): no
+// integer division (FastDiv, a 2-D grid), one shared load of a channel's parameters.
 constexpr int kFinalizeThreads = 256;
+
+struct FinalizeShape {
+    int channels_per_group, out_h, out_w, windows;  // windows = pool_h * pool_w
+    FastDiv by_windows;                              // a window's channel: i / windows
+};
 
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(const float* __restrict__ tile_stats, const float* __restrict__ extremes,
                     const float* __restrict__ gamma, const float* __restrict__ beta,
                     const float* __restrict__ scale, float* __restrict__ y, int cout, int groups,
-                    BandPixels bands, int out_h, int out_w, int pool_h, int pool_w, float eps,
-                    float lo, float hi) {
-    const int n = blockIdx.x / groups, group = blockIdx.x % groups;
-    const int cpg = cout / groups;
+                    BandPixels bands, FinalizeShape shape, float eps, float lo, float hi) {
+    const int n = blockIdx.x, group = blockIdx.y, cpg = shape.channels_per_group;
+    // The group's channels' windows are contiguous (channel-major, [n][channel][window]): one
+    // flat, coalesced sweep, in rounds of kLoadsInFlight loads a thread issues before using
+    // any (two rounds at P85's size: 4 channels x 961 windows / 256 threads; 16 a round
+    // would need 80 registers a thread, and fewer blocks would fit). The first round's loads
+    // are issued here, so that they are in flight during the merge below.
+    constexpr int kLoadsInFlight = 8;
+    const int group_windows = cpg * shape.windows;
+    const long long first = (static_cast<long long>(n) * cout + group * cpg) * shape.windows;
+    float extreme[kLoadsInFlight];
+    auto load_round = [&](int start) {
+#pragma unroll
+        for (int k = 0; k < kLoadsInFlight; ++k) {
+            const int i = start + k * kFinalizeThreads;
+            extreme[k] = i < group_windows ? extremes[first + i] : 0.0f;
+        }
+    };
+    load_round(threadIdx.x);
+
     // The tiles' moments as sums about a shift K, the group's first tile's mean (the
     // shifted-data formulas: no division per merge, and K lies within the group's spread, so
     // the sums stay small on data with a large mean): each tile's c (mean - K) and
@@ -256,14 +279,24 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     const float shift = group_stats[0];
     float count = 0.0f, sum = 0.0f, sum_sq = 0.0f;
     for (int tile = threadIdx.x; tile < bands.tiles_per_image; tile += kFinalizeThreads) {
-        const int band = tile / bands.col_blocks, col_block = tile % bands.col_blocks;
-        const float c = static_cast<float>(min(kPool, out_h - kPool * band) *
-                                           min(bands.cols, out_w - bands.cols * col_block) * cpg);
+        const int band = bands.by_col_blocks.div(tile), col_block = tile - band * bands.col_blocks;
+        const float c = static_cast<float>(min(kPool, shape.out_h - kPool * band) *
+                                           min(bands.cols, shape.out_w - bands.cols * col_block) *
+                                           cpg);
         const float2 s = *reinterpret_cast<const float2*>(group_stats + 2 * tile);
         const float d = s.x - shift;
         count += c;
         sum += c * d;
         sum_sq += s.y + c * d * d;
+    }
+    // The group's channel parameters {gamma, beta, scale}, once, for the sweep below (one
+    // 16-byte shared load a window there), published by the merge's __syncthreads.
+    __shared__ float4 channel_params[kBN];  // cpg <= cout <= kBN
+    for (int c = threadIdx.x; c < cpg; c += kFinalizeThreads) {
+        const int co = group * cpg + c;
+        channel_params[c] = make_float4(gamma != nullptr ? gamma[co] : 1.0f,
+                                        beta != nullptr ? beta[co] : 0.0f,
+                                        scale != nullptr ? scale[co] : 1.0f, 0.0f);
     }
     auto add_lanes = [&](int lanes) {
         for (int d = lanes / 2; d > 0; d /= 2) {
@@ -294,18 +327,17 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     const float variance = fmaxf((sum_sq - sum * offset) / count, 0.0f);  // biased, as torch
     const float rstd = 1.0f / sqrtf(variance + eps);
 
-    // The group's channels one after another: a channel's parameters once, its windows by all
-    // threads (coalesced), unrolled so that a thread's loads are in flight together.
-    const int windows = pool_h * pool_w;
-    for (int co = group * cpg; co < (group + 1) * cpg; ++co) {
-        const float g = gamma != nullptr ? gamma[co] : 1.0f;
-        const float b = beta != nullptr ? beta[co] : 0.0f;
-        const float s = scale != nullptr ? scale[co] : 1.0f;
-        const long long plane = (static_cast<long long>(n) * cout + co) * windows;
-#pragma unroll 4
-        for (int w = threadIdx.x; w < windows; w += kFinalizeThreads) {
-            const float v = ((extremes[plane + w] - group_mean) * rstd * g + b) * s;
-            y[plane + w] = nan_min(nan_max(v, lo), hi);
+    // Each window's extreme through its channel's affine map, then the clamp.
+    for (int start = threadIdx.x; start < group_windows;
+         start += kLoadsInFlight * kFinalizeThreads) {
+        if (start != threadIdx.x) load_round(start);
+#pragma unroll
+        for (int k = 0; k < kLoadsInFlight; ++k) {
+            const int i = start + k * kFinalizeThreads;
+            if (i >= group_windows) break;
+            const float4 gbs = channel_params[shape.by_windows.div(i)];
+            const float v = ((extreme[k] - group_mean) * rstd * gbs.x + gbs.y) * gbs.z;
+            y[first + i] = nan_min(nan_max(v, lo), hi);
         }
     }
 }
@@ -848,9 +880,13 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
                         static_cast<int>(rows), 1, true, stream);
     }
     if (err != cudaSuccess) return err;
-    finalize_kernel<<<batch * a.groups, kFinalizeThreads, 0, stream>>>(
+    const int windows = (g.out_h / kPool) * (g.out_w / kPool);
+    const FinalizeShape finalize_shape{out_channels / a.groups, g.out_h, g.out_w, windows,
+                                       FastDiv(static_cast<uint32_t>(windows))};
+    // (a.groups <= out_channels <= kBN: within the grid's y limit.)
+    finalize_kernel<<<dim3(batch, a.groups), kFinalizeThreads, 0, stream>>>(
         stats, extremes, a.gamma, a.beta, a.scale, y, out_channels, a.groups, finalize_bands,
-        g.out_h, g.out_w, g.out_h / kPool, g.out_w / kPool, a.eps, a.lo, a.hi);
+        finalize_shape, a.eps, a.lo, a.hi);
     return cudaGetLastError();
 }
 
