@@ -164,13 +164,13 @@ cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const floa
                                             workspace, static_cast<int>(images), g,
                                             static_cast<int>(p0), static_cast<int>(count), stream);
             if (err != cudaSuccess) return err;
-            err = gemm_launch(gemm_version, weight, workspace, bias,
-                              y + n0 * out_channels * pixels + p0, out_channels,
-                              static_cast<int>(count), static_cast<int>(taps),
-                              static_cast<int>(taps), static_cast<int>(count),
-                              static_cast<int>(pixels), /*stride_a=*/0,
-                              /*stride_b=*/taps * count, /*stride_c=*/out_channels * pixels,
-                              static_cast<int>(images), stream);
+            const int k = static_cast<int>(taps), columns = static_cast<int>(count);
+            const GemmArgs gemm{weight, workspace, bias, y + n0 * out_channels * pixels + p0,
+                                out_channels, columns, k, /*lda=*/k, /*ldb=*/columns,
+                                /*ldc=*/static_cast<int>(pixels), /*stride_a=*/0,
+                                /*stride_b=*/taps * count, /*stride_c=*/out_channels * pixels,
+                                static_cast<int>(images)};
+            err = gemm_launch(gemm_version, gemm, nullptr, 0, stream);
             if (err != cudaSuccess) return err;
         }
     }

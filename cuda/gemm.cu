@@ -32,7 +32,7 @@
 //                      by three TF32 products; B is packed once per call into the exact
 //                      shared-memory tiles, A goes from global memory straight to registers.
 //                      The engine and its reasons are in tf32x3.cuh. Needs a workspace for
-//                      the packed B (gemm_tf32x3_workspace_bytes) and an sm_90 GPU.
+//                      the packed B (gemm_workspace_bytes) and an sm_90 GPU.
 //
 // Every version handles any M, N, K >= 1 (edges are zero-filled on load and masked on
 // store) and any leading dimensions, and fuses the optional per-row bias into the store.
@@ -49,16 +49,6 @@ namespace {
 // Grid limits: gridDim.y and gridDim.z are at most 65535. gemm_launch splits the rows and
 // the batch into pieces that fit, so each version's launcher may assume they do.
 constexpr int kMaxGridYZ = 65535;
-
-struct GemmArgs {
-    const float* A;
-    const float* B;
-    const float* bias;  // nullptr: no bias
-    float* C;
-    int M, N, K, lda, ldb, ldc;
-    long long stride_a, stride_b, stride_c;
-    int batch;
-};
 
 // Pointer to batch entry blockIdx.z of a strided batch (64-bit: the batch as a whole may
 // span more than 2^31 floats).
@@ -461,69 +451,74 @@ inline tf32x3::PackedB tc_layout(int n, int k, int entries) {
 
 }  // namespace gemm_v5
 
+namespace {
 
-
-long long gemm_tf32x3_workspace_bytes(int n, int k, int batch, long long stride_b) {
-    using gemm_v5::tc_layout;
-    return tc_layout(n, k, stride_b == 0 ? 1 : batch).bytes();
-}
-
-cudaError_t gemm_tf32x3_launch(const float* A, const float* B, const float* bias, float* C, int M,
-                               int N, int K, int lda, int ldb, int ldc, long long stride_a,
-                               long long stride_b, long long stride_c, int batch,
-                               void* workspace, long long workspace_bytes, cudaStream_t stream) {
+// v5: the product on the tensor cores, a chunk of batch entries at a time when B is batched
+// and the workspace does not hold every entry's packed B.
+cudaError_t launch_v5_tensor_cores(const GemmArgs& g, void* workspace, long long workspace_bytes,
+                                   cudaStream_t stream) {
     using namespace gemm_v5;
-    const bool b_shared = stride_b == 0;
+    const bool b_shared = g.stride_b == 0;
     // Batch entries per launch: all of them, or (a batched B) as many as the workspace holds.
-    const long long per_entry = tc_layout(N, K, 1).tiles_bytes();
-    const long long room = workspace_bytes - tc_layout(N, K, 0).bytes();  // minus the flags
-    const int chunk = b_shared ? batch
-                               : static_cast<int>(room / per_entry < batch ? room / per_entry
-                                                                           : batch);
+    const long long per_entry = tc_layout(g.N, g.K, 1).tiles_bytes();
+    const long long room = workspace_bytes - tc_layout(g.N, g.K, 0).bytes();  // minus the flags
+    const int chunk = b_shared ? g.batch
+                               : static_cast<int>(room / per_entry < g.batch ? room / per_entry
+                                                                             : g.batch);
     if (chunk <= 0) return cudaErrorInvalidValue;  // the workspace holds not even one B
     auto* packed = static_cast<uint8_t*>(workspace);
-    const bool a_pairs = lda % 2 == 0 && stride_a % 2 == 0 &&
-                         reinterpret_cast<uintptr_t>(A) % 8 == 0;
-    const bool c_pairs = ldc % 2 == 0 && stride_c % 2 == 0 &&
-                         reinterpret_cast<uintptr_t>(C) % 8 == 0;
-    for (int b0 = 0; b0 < batch; b0 += chunk) {
-        const int count = batch - b0 < chunk ? batch - b0 : chunk;
-        const tf32x3::PackedB layout = tc_layout(N, K, b_shared ? 1 : count);
+    const bool a_pairs = g.lda % 2 == 0 && g.stride_a % 2 == 0 &&
+                         reinterpret_cast<uintptr_t>(g.A) % 8 == 0;
+    const bool c_pairs = g.ldc % 2 == 0 && g.stride_c % 2 == 0 &&
+                         reinterpret_cast<uintptr_t>(g.C) % 8 == 0;
+    for (int b0 = 0; b0 < g.batch; b0 += chunk) {
+        const int count = g.batch - b0 < chunk ? g.batch - b0 : chunk;
+        const tf32x3::PackedB layout = tc_layout(g.N, g.K, b_shared ? 1 : count);
         cudaError_t err = tf32x3::pack_b<kTcBN>(
-            RowMajorB{B + b0 * stride_b, N, K, ldb, stride_b}, packed, layout, stream);
+            RowMajorB{g.B + b0 * g.stride_b, g.N, g.K, g.ldb, g.stride_b}, packed, layout,
+            stream);
         if (err != cudaSuccess) return err;
         err = tf32x3::launch<kTcBN, kTcMB, kTcStages>(
-            RowMajorRows{A + b0 * stride_a, M, K, lda, stride_a, a_pairs},
-            RowMajorStore{C + b0 * stride_c, bias, M, N, ldc, stride_c, c_pairs}, packed, layout,
-            M, count, b_shared, stream);
+            RowMajorRows{g.A + b0 * g.stride_a, g.M, g.K, g.lda, g.stride_a, a_pairs},
+            RowMajorStore{g.C + b0 * g.stride_c, g.bias, g.M, g.N, g.ldc, g.stride_c, c_pairs},
+            packed, layout, g.M, count, b_shared, stream);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
 }
 
-cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
-                        int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,
-                        long long stride_b, long long stride_c, int batch, cudaStream_t stream) {
+// v5 with K = 0 is the bias alone, which v1 writes.
+bool uses_tensor_cores(int version, const GemmArgs& g) {
+    return version == kGemmTensorCoreVersion && g.K > 0;
+}
+
+}  // namespace
+
+long long gemm_workspace_bytes(int version, const GemmArgs& g, long long budget) {
+    if (!uses_tensor_cores(version, g)) return 0;
+    using gemm_v5::tc_layout;
+    const long long all = tc_layout(g.N, g.K, g.stride_b == 0 ? 1 : g.batch).bytes();
+    const long long one = tc_layout(g.N, g.K, 1).bytes();
+    return all <= budget ? all : (one > budget ? one : budget);
+}
+
+cudaError_t gemm_launch(int version, const GemmArgs& g, void* workspace,
+                        long long workspace_bytes, cudaStream_t stream) {
+    if (uses_tensor_cores(version, g))
+        return launch_v5_tensor_cores(g, workspace, workspace_bytes, stream);
+    if (version == kGemmTensorCoreVersion) version = 1;
     // v3 picks a 64-row tile only for M <= 64, where one launch covers every row anyway,
     // so the 128-row bound of max_rows_per_launch is safe for it.
     const int rows_per_launch = max_rows_per_launch(version);
-    for (int b0 = 0; b0 < batch; b0 += kMaxGridYZ) {
-        for (int m0 = 0; m0 < M; m0 += rows_per_launch) {
-            GemmArgs a;
-            a.A = A + b0 * stride_a + static_cast<long long>(m0) * lda;
-            a.B = B + b0 * stride_b;
-            a.bias = bias != nullptr ? bias + m0 : nullptr;
-            a.C = C + b0 * stride_c + static_cast<long long>(m0) * ldc;
-            a.M = M - m0 < rows_per_launch ? M - m0 : rows_per_launch;
-            a.N = N;
-            a.K = K;
-            a.lda = lda;
-            a.ldb = ldb;
-            a.ldc = ldc;
-            a.stride_a = stride_a;
-            a.stride_b = stride_b;
-            a.stride_c = stride_c;
-            a.batch = batch - b0 < kMaxGridYZ ? batch - b0 : kMaxGridYZ;
+    for (int b0 = 0; b0 < g.batch; b0 += kMaxGridYZ) {
+        for (int m0 = 0; m0 < g.M; m0 += rows_per_launch) {
+            GemmArgs a = g;  // the rows [m0, m0 + rows_per_launch) of entries [b0, b0 + 65535)
+            a.A = g.A + b0 * g.stride_a + static_cast<long long>(m0) * g.lda;
+            a.B = g.B + b0 * g.stride_b;
+            a.bias = g.bias != nullptr ? g.bias + m0 : nullptr;
+            a.C = g.C + b0 * g.stride_c + static_cast<long long>(m0) * g.ldc;
+            a.M = g.M - m0 < rows_per_launch ? g.M - m0 : rows_per_launch;
+            a.batch = g.batch - b0 < kMaxGridYZ ? g.batch - b0 : kMaxGridYZ;
             cudaError_t err = cudaErrorInvalidValue;  // an unknown version
             switch (version) {
                 case 1: err = launch_v1_naive(a, stream); break;

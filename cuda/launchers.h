@@ -21,30 +21,30 @@
 namespace scratchops {
 
 // ---------------------------------------------------------------- gemm.cu
-// C[b] = A[b] @ B[b] (+ bias[m] on every row m), for b in [0, batch).
-//   A[b]: M x K, leading dimension lda, batch stride stride_a (0 = shared A)
-//   B[b]: K x N, leading dimension ldb, batch stride stride_b
-//   C[b]: M x N, leading dimension ldc, batch stride stride_c
-// bias may be nullptr. Batch strides are in elements (64-bit: the batch as a
-// whole may exceed 2^31 elements only through the pointer arithmetic here).
-// version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked, 4 = pipelined
-// (see the table at the top of gemm.cu).
-// The version number scratchops/versions.py gives gemm_tf32x3_launch (binding.cpp routes it
-// there; tests/test_library.py holds the two equal).
+// C[b] = A[b] @ B[b] (+ bias[m] on every row m), for b in [0, batch). Batch strides are in
+// elements (64-bit: the batch as a whole may exceed 2^31 elements only through the pointer
+// arithmetic here).
+struct GemmArgs {
+    const float* A;     // M x K, leading dimension lda, batch stride stride_a (0: one A for all)
+    const float* B;     // K x N, leading dimension ldb, batch stride stride_b (0: one B for all)
+    const float* bias;  // M values, or nullptr
+    float* C;           // M x N, leading dimension ldc, batch stride stride_c
+    int M, N, K, lda, ldb, ldc;
+    long long stride_a, stride_b, stride_c;
+    int batch;
+};
+// version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked, 4 = pipelined,
+// 5 = tensor cores (3xTF32, sm_90a: needs an sm_90 GPU and an sm_90a build); see the table at
+// the top of gemm.cu. kGemmTensorCoreVersion is scratchops/versions.py's number for v5
+// (tests/test_library.py holds the two equal).
 constexpr int kGemmTensorCoreVersion = 5;
-cudaError_t gemm_launch(int version, const float* A, const float* B, const float* bias, float* C,
-                        int M, int N, int K, int lda, int ldb, int ldc, long long stride_a,
-                        long long stride_b, long long stride_c, int batch, cudaStream_t stream);
-
-// gemm v5 (tensor cores, 3xTF32, sm_90a): the same product, with a workspace for B packed
-// into shared-memory tiles (gemm_tf32x3_workspace_bytes; 16-byte aligned). With a batched B
-// (stride_b != 0) a smaller workspace is used a chunk of batch entries at a time, but it must
-// hold at least one entry's B. Needs an sm_90 GPU and an sm_90a build.
-long long gemm_tf32x3_workspace_bytes(int n, int k, int batch, long long stride_b);
-cudaError_t gemm_tf32x3_launch(const float* A, const float* B, const float* bias, float* C, int M,
-                               int N, int K, int lda, int ldb, int ldc, long long stride_a,
-                               long long stride_b, long long stride_c, int batch,
-                               void* workspace, long long workspace_bytes, cudaStream_t stream);
+// The workspace a version needs (16-byte aligned): 0 but for v5, which packs B into
+// shared-memory tiles. With a batched B (stride_b != 0) v5 packs a chunk of entries at a time,
+// so its workspace is every entry's packed B or `budget` bytes, whichever is smaller, but
+// never less than one entry's.
+long long gemm_workspace_bytes(int version, const GemmArgs& args, long long budget);
+cudaError_t gemm_launch(int version, const GemmArgs& args, void* workspace,
+                        long long workspace_bytes, cudaStream_t stream);
 
 // --------------------------------------------------------- conv_im2col.cu
 // Column matrix for a chunk of a convolution's output pixels, as

@@ -34,7 +34,7 @@ def test_every_public_operator_is_registered():
 
 def test_binding_defines_the_same_schemas():
     text = (REPO / "scratchops" / "csrc" / "binding.cpp").read_text()
-    defs = re.findall(r'm\.def\(((?:"[^"]*"\s*)+)\)', text)
+    defs = re.findall(r'm\.def\(((?:"[^"]*"\s*)+)[,)]', text)
     cuda = {}
     for d in defs:
         schema = "".join(re.findall(r'"([^"]*)"', d))

@@ -1,15 +1,11 @@
-// binding.cpp — the one C++ file that includes torch: the operators' CUDA implementations, in
-// the private namespace scratchops_cuda. The public operators torch.ops.scratchops.<name>,
-// their fakes and autograd are defined in Python (scratchops/_library.py), so they exist and
-// trace without this file being built; their CUDA kernels call these once the extension is
-// loaded (scratchops/_build.py). An operator namespace rather than pybind functions: the
-// dispatcher converts Tensor?, int[2] and float arguments from the same schemas.
-//
-// Argument errors are raised in Python (scratchops/_validate.py), naming the argument, before
-// an operator runs. An operator can still be called directly, so each implementation here
-// checks what keeps a kernel inside its buffers (device, dtype, layout, rank, operand sizes
-// that agree, window geometry in range, every buffer addressable with 32-bit offsets) and no
-// more: the rest is the launchers' documented contract (cuda/launchers.h).
+// binding.cpp — the one C++ file that includes torch: the CUDA implementations of the private
+// operators scratchops_cuda::<name>, which the public torch.ops.scratchops.<name> (defined with
+// their fakes and autograd in scratchops/_library.py, so that they trace without this file
+// built) call once the extension is loaded (scratchops/_build.py). Argument errors are raised
+// in Python (scratchops/_validate.py); as an operator can still be called directly, each
+// implementation checks what keeps a kernel inside its buffers (device, dtype, layout, rank,
+// operand sizes that agree, window geometry in range, 32-bit offsets) and no more: the rest
+// is the launchers' documented contract (cuda/launchers.h).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -38,7 +34,7 @@ constexpr int64_t kMaxElements = INT_MAX;
 // GEOMETRY_MAX), so that oh * stride + kh * dilation stays far inside 32 bits.
 constexpr int64_t kMaxGeometry = 65535;
 // gemm v5 packs a batched B into a workspace of at most this many bytes, a chunk at a time.
-constexpr long long kGemmWorkspaceBytes = 256LL << 20;
+constexpr long long kGemmWorkspaceBudget = 256LL << 20;
 
 int i32(int64_t v) { return static_cast<int>(v); }  // a size already checked to fit
 float f32(double v) { return static_cast<float>(v); }
@@ -132,24 +128,18 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias, int64_
     const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
     TORCH_CHECK(b.size(-2) == K && (a.dim() == 2 || b.dim() == 2 || a.size(0) == b.size(0)),
                 "scratchops: gemm inner dimensions or batch sizes differ");
-    const float* bias_ptr = optional_vector(bias, a, "bias", M);
     const int batch = i32(a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1));
     std::vector<int64_t> shape{M, N};
     if (a.dim() == 3 || b.dim() == 3) shape.insert(shape.begin(), batch);
-    const long long sa = a.dim() == 3 ? M * K : 0, sb = b.dim() == 3 ? K * N : 0;
-    const int m = i32(M), n = i32(N), k = i32(K);
-    const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+    GemmArgs args{a.data_ptr<float>(), b.data_ptr<float>(), optional_vector(bias, a, "bias", M),
+                  nullptr, i32(M), i32(N), i32(K), i32(K), i32(N), i32(N),
+                  a.dim() == 3 ? M * K : 0, b.dim() == 3 ? K * N : 0, M * N, batch};
     return launch_into(a, shape, "gemm", [&](float* c, cudaStream_t s) {
-        if (version != kGemmTensorCoreVersion || k == 0)  // (K = 0: the bias alone, any version)
-            return gemm_launch(version == kGemmTensorCoreVersion ? 1 : i32(version), pa, pb,
-                               bias_ptr, c, m, n, k, k, n, n, sa, sb, M * N, batch, s);
-        check_tensor_cores(a, "gemm version 5");
-        long long bytes = gemm_tf32x3_workspace_bytes(n, k, batch, sb);
-        if (sb != 0 && bytes > kGemmWorkspaceBytes)  // but room for one batch entry's B
-            bytes = std::max(kGemmWorkspaceBytes, gemm_tf32x3_workspace_bytes(n, k, 1, sb));
+        args.C = c;
+        const long long bytes = gemm_workspace_bytes(i32(version), args, kGemmWorkspaceBudget);
+        if (bytes > 0) check_tensor_cores(a, "gemm version 5");  // (v5 alone has a workspace)
         Tensor ws = at::empty({bytes}, a.options().dtype(at::kByte));
-        return gemm_tf32x3_launch(pa, pb, bias_ptr, c, m, n, k, k, n, n, sa, sb, M * N, batch,
-                                  ws.data_ptr(), bytes, s);
+        return gemm_launch(i32(version), args, ws.data_ptr(), bytes, s);
     });
 }
 
@@ -171,19 +161,22 @@ Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
             i32(x.size(0)), i32(weight.size(0)), g, {x.size(0), weight.size(0), g.out_h, g.out_w}};
 }
 
-// What the weight packing reads of the geometry: the channels and the kernel size.
+// The weight packed for the tensor cores (what packing reads of the geometry: the channels
+// and the kernel size).
 Conv2dGeometry weight_geometry(const Tensor& w) {
     return {i32(w.size(1)), 0, 0, i32(w.size(2)), i32(w.size(3)), 0, 0, 0, 0, 0, 0, 0, 0};
+}
+int64_t packed_bytes(const Tensor& w) {
+    return conv2d_implicit_packed_bytes(weight_geometry(w), i32(w.size(0)));
 }
 
 Tensor conv2d_pack_weight_cuda(const Tensor& w) {
     check_tensor(w, "weight", 4, 4);
     TORCH_CHECK(std::max(w.size(2), w.size(3)) <= kMaxGeometry, "scratchops: kernel too large");
-    const int cout = i32(w.size(0));
-    return launch_into<uint8_t>(w, {conv2d_implicit_packed_bytes(weight_geometry(w), cout)},
-                                "weight packing", [&](uint8_t* packed, cudaStream_t s) {
+    return launch_into<uint8_t>(w, {packed_bytes(w)}, "weight packing",
+                                [&](uint8_t* packed, cudaStream_t s) {
         return w.numel() == 0 ? cudaSuccess  // (the flags alone)
-                              : conv2d_implicit_pack(w.data_ptr<float>(), cout,
+                              : conv2d_implicit_pack(w.data_ptr<float>(), i32(w.size(0)),
                                                      weight_geometry(w), packed, s);
     });
 }
@@ -194,8 +187,7 @@ Tensor packed_for(const Tensor& w, const OptTensor& packed) {
     if (!packed.has_value()) return conv2d_pack_weight_cuda(w);
     TORCH_CHECK(packed->is_cuda() && packed->device() == w.device() &&
                     packed->scalar_type() == at::kByte && packed->dim() == 1 &&
-                    packed->numel() == conv2d_implicit_packed_bytes(weight_geometry(w),
-                                                                    i32(w.size(0))),
+                    packed->numel() == packed_bytes(w),
                 "scratchops: packed_weight is not conv2d_pack_weight(weight)");
     return *packed;
 }
@@ -323,41 +315,34 @@ Tensor clamp_cuda(const Tensor& x, double min, double max) {
 
 }  // namespace
 
-// The schemas repeat scratchops/_library.py's (tests/test_library.py compares the two).
+// Each operator's schema (scratchops/_library.py's, which tests/test_library.py compares) with
+// its CUDA implementation.
 TORCH_LIBRARY(scratchops_cuda, m) {
+    auto cuda = [](auto* implementation) {
+        return torch::dispatch(c10::DispatchKey::CUDA, implementation);
+    };
     m.def("im2col(Tensor input, int[2] kernel_size, int[2] dilation, int[2] padding, "
-          "int[2] stride, int version) -> Tensor");
-    m.def("gemm(Tensor a, Tensor b, Tensor? bias, int version) -> Tensor");
+          "int[2] stride, int version) -> Tensor", cuda(&im2col_cuda));
+    m.def("gemm(Tensor a, Tensor b, Tensor? bias, int version) -> Tensor", cuda(&gemm_cuda));
     m.def("conv2d(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
-          "int[2] dilation, int algorithm, int workspace_bytes, int gemm_version) -> Tensor");
-    m.def("conv2d_pack_weight(Tensor weight) -> Tensor");
+          "int[2] dilation, int algorithm, int workspace_bytes, int gemm_version) -> Tensor",
+          cuda(&conv2d_cuda));
+    m.def("conv2d_pack_weight(Tensor weight) -> Tensor", cuda(&conv2d_pack_weight_cuda));
     m.def("conv2d_min_add_mul(Tensor input, Tensor weight, Tensor? conv_bias, int[2] stride, "
           "int[2] padding, int[2] dilation, float constant, Tensor bias, float factor, "
-          "Tensor? packed_weight) -> Tensor");
+          "Tensor? packed_weight) -> Tensor", cuda(&conv2d_min_add_mul_cuda));
     m.def("conv2d_group_norm_pool_clamp(Tensor input, Tensor weight, Tensor? conv_bias, "
           "int num_groups, Tensor? gn_weight, Tensor? gn_bias, Tensor? scale, float eps, "
-          "float min, float max, Tensor? packed_weight) -> Tensor");
+          "float min, float max, Tensor? packed_weight) -> Tensor",
+          cuda(&conv2d_group_norm_pool_clamp_cuda));
     m.def("group_norm(Tensor input, int num_groups, Tensor? weight, Tensor? bias, "
-          "Tensor? scale, float eps, int version) -> Tensor");
-    m.def("scale(Tensor input, Tensor scale) -> Tensor");
-    m.def("min_add_mul(Tensor input, float constant, Tensor bias, float factor) -> Tensor");
+          "Tensor? scale, float eps, int version) -> Tensor", cuda(&group_norm_cuda));
+    m.def("scale(Tensor input, Tensor scale) -> Tensor", cuda(&scale_cuda));
+    m.def("min_add_mul(Tensor input, float constant, Tensor bias, float factor) -> Tensor",
+          cuda(&min_add_mul_cuda));
     m.def("max_pool2d_clamp(Tensor input, int[2] kernel_size, int[2] stride, int[2] padding, "
-          "float min, float max, int version) -> Tensor");
-    m.def("clamp(Tensor input, float min, float max) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(scratchops_cuda, CUDA, m) {
-    m.impl("im2col", &im2col_cuda);
-    m.impl("gemm", &gemm_cuda);
-    m.impl("conv2d", &conv2d_cuda);
-    m.impl("conv2d_pack_weight", &conv2d_pack_weight_cuda);
-    m.impl("conv2d_min_add_mul", &conv2d_min_add_mul_cuda);
-    m.impl("conv2d_group_norm_pool_clamp", &conv2d_group_norm_pool_clamp_cuda);
-    m.impl("group_norm", &group_norm_cuda);
-    m.impl("scale", &scale_cuda);
-    m.impl("min_add_mul", &min_add_mul_cuda);
-    m.impl("max_pool2d_clamp", &max_pool2d_clamp_cuda);
-    m.impl("clamp", &clamp_cuda);
+          "float min, float max, int version) -> Tensor", cuda(&max_pool2d_clamp_cuda));
+    m.def("clamp(Tensor input, float min, float max) -> Tensor", cuda(&clamp_cuda));
 }
 
 }  // namespace scratchops
