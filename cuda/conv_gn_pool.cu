@@ -535,6 +535,10 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         const int iw0 = kV2BandCols * col_block * g.stride_w - g.pad_w;
         const float* origin = x + static_cast<long long>(n) * g.channels * plane;
         const int origin_offset = ih0 * g.width + iw0;  // may be negative (padding)
+        // The input is read by this tile and its neighbours (in the same round of tiles),
+        // then never again: evict-first in L2, so that the window extremes, which the
+        // finalize reads right after this kernel, stay there rather than the input.
+        const uint64_t input_policy = l2_evict_first();
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
             const int4 plan = halo_plan[wtid + 128 * it];
@@ -544,9 +548,11 @@ __global__ void __launch_bounds__(kV2Threads, 1)
             const bool has_q = inside && plan.x >= 0, has_q4 = inside && plan.y >= 0;
             // (A copy of 0 bytes reads nothing; its address is the sample's first value.)
             cp_async4_or_zero(&my.raw[0][wtid + 128 * it],
-                              has_q ? origin + (origin_offset + plan.x) : origin, has_q);
+                              has_q ? origin + (origin_offset + plan.x) : origin, has_q,
+                              input_policy);
             cp_async4_or_zero(&my.raw[1][wtid + 128 * it],
-                              has_q4 ? origin + (origin_offset + plan.y) : origin, has_q4);
+                              has_q4 ? origin + (origin_offset + plan.y) : origin, has_q4,
+                              input_policy);
         }
         cp_async_commit();
     };

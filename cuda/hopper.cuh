@@ -112,6 +112,22 @@ __device__ __forceinline__ void cp_async4_or_zero(void* dst, const float* src, b
                  "l"(src), "r"(valid ? 4 : 0)
                  : "memory");
 }
+// The same copy carrying an L2 cache policy (l2_evict_first).
+__device__ __forceinline__ void cp_async4_or_zero(void* dst, const float* src, bool valid,
+                                                  uint64_t l2_policy) {
+    asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, %2, %3;" ::"r"(
+                     smem_address(dst)),
+                 "l"(src), "r"(valid ? 4 : 0), "l"(l2_policy)
+                 : "memory");
+}
+// An L2 cache policy (createpolicy, sm_80+) under which the lines an access brings into L2
+// are the first evicted: for data read once (or read again soon), so that it does not push
+// out what a later kernel will read. PTX ISA: "createpolicy".
+__device__ __forceinline__ uint64_t l2_evict_first() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
