@@ -352,7 +352,8 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 //            re-laid so that k-step j is tap j's 8 channels (the packing interleaves 4 taps
 //            per k-step, for v1's gather): 9 k-steps for a 3 x 3 kernel instead of 12.
 //   halo     per tile, the input patch its outputs read (HR x HC pixels x 8 channels),
-//            copied from global memory one tile ahead (cp.async, no registers held), split
+//            copied from global memory one tile ahead (cp.async, no registers held; 16 bytes
+//            of a row at a time where the rows are 16-byte aligned, as at P85's size), split
 //            once into TF32 big / small / cross and stored channel-last. v1 split every im2col
 //            value (each input value 9 times for a 3 x 3 kernel) and gathered it with its own
 //            load; here a thread's A registers are two-value shared loads.
@@ -376,8 +377,9 @@ enum : int {
     kV2Windows = kV2BandCols / kPool,              // pooling windows of a tile
     kWindowPairs = kBN * kV2Windows,               // (channel, window) pairs of a tile
 };
-constexpr int kHaloPixels = 128;
+constexpr int kHaloPixels = 128;  // halo_h x raw_pitch at most
 constexpr int kHaloItems = kHaloPixels * 4;  // (pixel, channels q and q + 4) items of a halo
+constexpr int kWideCopies = kHaloPixels * 8 / 4;  // 16-byte copies of a halo at most
 enum : int { kHaloIters = kHaloItems / 128 };  // items a thread copies and splits (an enum:
                                                // unused without sm_90a)
 constexpr int kHaloPixelBytes = 32;  // 8 channels, channel-last (see halo_offset)
@@ -386,6 +388,11 @@ constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row o
 
 struct V2Shape {
     int halo_h, halo_w, taps;
+    // The unsplit halo's row pitch (halo_w rounded up to 4 floats), and whether its rows are
+    // copied 16 bytes at a time (wide: stride_w 1, and width and pad_w multiples of 4, so
+    // that a tile's input rows start 16-byte aligned and each 4-float chunk lies wholly
+    // inside or wholly outside the image) or a float at a time.
+    int raw_pitch, wide;
     // log2 of the channels a group, where that is 0 to 3: the group then lies in the lanes of
     // one (channel, window) pair of the epilogue and is merged by shuffles (see (5)); -1 for
     // other group sizes, merged in shared memory. (A kernel parameter: no register held.)
@@ -400,13 +407,13 @@ struct WarpgroupSmem {
     uint8_t halo[3 * kHaloArrayBytes];  // big, small, cross
     float staged[kBN * kTilePitch];     // the tile as [channel][pixel]
     float ch_count[kBN], ch_mean[kBN], ch_m2[kBN];
-    float raw[2][kHaloItems];           // the next tile's halo, unsplit: [q / 4][item]
+    float raw[8 * kHaloPixels];         // the next tile's halo, unsplit: [channel][hr][raw_pitch]
 };
 static_assert(sizeof(WarpgroupSmem) % 16 == 0, "16-byte aligned arrays");
 
 __host__ __device__ inline int v2_smem_bytes(int num_kb) {
     return 1024 + num_kb * 3 * kBN * 128 + kV2Warpgroups * static_cast<int>(sizeof(WarpgroupSmem)) +
-           kHaloItems * static_cast<int>(sizeof(int4));
+           (kHaloItems + kWideCopies) * static_cast<int>(sizeof(int4));
 }
 
 // Byte offset of channels (q, q + 4) of halo pixel p: channel-last, the pair a wgmma k-step
@@ -445,8 +452,10 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     uint8_t* weights = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
     const int num_kb = layout.num_kb;
     WarpgroupSmem* wg_smem = reinterpret_cast<WarpgroupSmem*>(weights + num_kb * 3 * kBN * 128);
-    // [kHaloItems]: where each halo item comes from and goes (below).
+    // [kHaloItems]: where each halo item comes from and goes; [kWideCopies]: the same for the
+    // 16-byte copies (below).
     int4* halo_plan = reinterpret_cast<int4*>(wg_smem + kV2Warpgroups);
+    int4* wide_plan = halo_plan + kHaloItems;
 
     const int tid = threadIdx.x;
     const int warpgroup = tid / 128, wtid = tid % 128;  // wtid: the thread within its warpgroup
@@ -478,15 +487,20 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
     }
     // Halo item i = wtid + 128 it = 4 pixel + q, pixel = hr * halo_w + hc: channels q and
-    // q + 4 of halo pixel (hr, hc), the pair a k-step's A register holds, so a thread copies
-    // both, splits both and stores each part as one 8-byte pair. A warp reads 8 consecutive
-    // columns of an input row in each of 8 channel planes (a 32-byte sector each). The
-    // decoding is the same for every tile and every warpgroup: warpgroup 0 writes it once into
-    // halo_plan, {offsets of channels q and q + 4 from the tile's first input pixel (-1: no
-    // such channel or past the halo), byte offset in the halo arrays (-1: past the halo),
-    // hr << 16 | hc}.
+    // q + 4 of halo pixel (hr, hc), the pair a k-step's A register holds, so a thread splits
+    // both and stores each part as one 8-byte pair. The copies from global memory write the
+    // unsplit halo as [channel][hr][raw_pitch] (raw): wide, 4 floats of one channel's row at a
+    // time (item j = (channel c, hr, chunk k), 16 bytes from column 4 k); otherwise a float at
+    // a time, by the thread that splits it (channels q and q + 4 of its items). Warpgroup 0
+    // writes the decoding once, the same for every tile and every warpgroup:
+    //   halo_plan[i] = {input offset of (hr, hc) from the tile's first input pixel (-1: past
+    //                   the halo), raw index of (q, hr, hc), byte offset in the split halo
+    //                   arrays (-1: past the halo), hr << 16 | hc}
+    //   wide_plan[j] = {input offset of (c, hr, 4 k) (-1: channel c >= Cin, zeros), raw index
+    //                   (-1: past the halo, no copy), -, hr << 16 | 4 k}
     const int halo_pixels = shape.halo_h * shape.halo_w;
     const int plane = g.height * g.width;
+    const int raw_channel = shape.halo_h * shape.raw_pitch;  // floats of one channel in raw
     if (warpgroup == 0) {
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
@@ -494,10 +508,17 @@ __global__ void __launch_bounds__(kV2Threads, 1)
             const int pixel = i / 4, q = i % 4;
             const bool in_halo = pixel < halo_pixels;
             const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
-            const int at = hr * g.width + hc;
-            halo_plan[i] = make_int4(in_halo && q < g.channels ? q * plane + at : -1,
-                                     in_halo && q + 4 < g.channels ? (q + 4) * plane + at : -1,
+            halo_plan[i] = make_int4(in_halo ? hr * g.width + hc : -1,
+                                     (q * shape.halo_h + hr) * shape.raw_pitch + hc,
                                      in_halo ? halo_offset(pixel, q) : -1, hr << 16 | hc);
+        }
+        const int chunks = shape.raw_pitch / 4;
+        for (int j = wtid; j < kWideCopies; j += 128) {
+            const int c = j / (shape.halo_h * chunks), rest = j % (shape.halo_h * chunks);
+            const int hr = rest / chunks, col = 4 * (rest % chunks);
+            wide_plan[j] = make_int4(c < g.channels ? c * plane + hr * g.width + col : -1,
+                                     c < 8 ? c * raw_channel + hr * shape.raw_pitch + col : -1, 0,
+                                     hr << 16 | col);
         }
     }
     // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
@@ -539,36 +560,56 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         // then never again: evict-first in L2, so that the window extremes, which the
         // finalize reads right after this kernel, stay there rather than the input.
         const uint64_t input_policy = l2_evict_first();
+        auto inside = [&](int hr_hc) {
+            return static_cast<unsigned>(ih0 + (hr_hc >> 16)) < static_cast<unsigned>(g.height) &&
+                   static_cast<unsigned>(iw0 + (hr_hc & 0xffff)) < static_cast<unsigned>(g.width);
+        };
+        // (A copy of 0 bytes reads nothing and writes zeros; its address is the sample's first
+        // value.)
+        if (shape.wide) {
 #pragma unroll
-        for (int it = 0; it < kHaloIters; ++it) {
-            const int4 plan = halo_plan[wtid + 128 * it];
-            const bool inside =
-                static_cast<unsigned>(ih0 + (plan.w >> 16)) < static_cast<unsigned>(g.height) &&
-                static_cast<unsigned>(iw0 + (plan.w & 0xffff)) < static_cast<unsigned>(g.width);
-            const bool has_q = inside && plan.x >= 0, has_q4 = inside && plan.y >= 0;
-            // (A copy of 0 bytes reads nothing; its address is the sample's first value.)
-            cp_async4_or_zero(&my.raw[0][wtid + 128 * it],
-                              has_q ? origin + (origin_offset + plan.x) : origin, has_q,
-                              input_policy);
-            cp_async4_or_zero(&my.raw[1][wtid + 128 * it],
-                              has_q4 ? origin + (origin_offset + plan.y) : origin, has_q4,
-                              input_policy);
+            for (int it = 0; it < kWideCopies / 128; ++it) {
+                const int4 plan = wide_plan[wtid + 128 * it];
+                if (plan.y < 0) continue;
+                const bool valid = plan.x >= 0 && inside(plan.w);
+                cp_async16_or_zero(&my.raw[plan.y],
+                                   valid ? origin + (origin_offset + plan.x) : origin, valid,
+                                   input_policy);
+            }
+        } else {
+            const int q = wtid % 4;  // (the same for each of the thread's items)
+#pragma unroll
+            for (int it = 0; it < kHaloIters; ++it) {
+                const int4 plan = halo_plan[wtid + 128 * it];
+                if (plan.x < 0) continue;  // past the halo
+                const bool in = inside(plan.w);
+                const bool has_q = in && q < g.channels, has_q4 = in && q + 4 < g.channels;
+                cp_async4_or_zero(&my.raw[plan.y],
+                                  has_q ? origin + (origin_offset + q * plane + plan.x) : origin,
+                                  has_q, input_policy);
+                cp_async4_or_zero(
+                    &my.raw[plan.y + 4 * raw_channel],
+                    has_q4 ? origin + (origin_offset + (q + 4) * plane + plan.x) : origin, has_q4,
+                    input_policy);
+            }
         }
         cp_async_commit();
     };
     if (first < total_tiles) fetch_halo(first);
+    cp_async_wait_all();  // (each tile waits for the next one's copies before the barrier of (4))
+    warpgroup_sync(warpgroup);
 
     for (int tile = first; tile < total_tiles; tile += step) {
         // (1) This tile's halo into shared memory, split. The previous tile's reads of the
-        // halo ended before its epilogue's barriers; each thread splits the values it copied.
-        cp_async_wait_all();
+        // halo ended before its epilogue's barriers, and its copies of raw too (see (4)).
         bool finite = true;  // every value this thread split is finite (cross == big)
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
             const int at = halo_plan[wtid + 128 * it].z;
             if (at >= 0) {
-                const Tf32Split lo = split_tf32_truncated(my.raw[0][wtid + 128 * it]);
-                const Tf32Split hi = split_tf32_truncated(my.raw[1][wtid + 128 * it]);
+                const int from = halo_plan[wtid + 128 * it].y;
+                const Tf32Split lo = split_tf32_truncated(my.raw[from]);
+                const Tf32Split hi = split_tf32_truncated(my.raw[from + 4 * raw_channel]);
                 finite = finite && lo.cross == lo.big && hi.cross == hi.big;
                 *reinterpret_cast<uint2*>(my.halo + at) = make_uint2(lo.big, hi.big);
                 *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =
@@ -853,7 +894,10 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
     BandPixels finalize_bands = bands;  // the tiles whose statistics the finalize merges
     V2Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
                   (kV2BandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
-                  g.kernel_h * g.kernel_w, -1, {}};
+                  g.kernel_h * g.kernel_w, 0, 0, -1, {}};
+    shape.raw_pitch = (shape.halo_w + 3) / 4 * 4;
+    shape.wide = g.stride_w == 1 && g.width % 4 == 0 && g.pad_w % 4 == 0 &&
+                 reinterpret_cast<uintptr_t>(x) % 16 == 0;
     const int cpg = out_channels / a.groups;
     for (int shift = 0; shift <= 3; ++shift)
         if (cpg == 1 << shift) shape.group_shift = shift;
@@ -861,7 +905,7 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
         shape.tap_offset[j] =
             (j / g.kernel_w) * g.dil_h * shape.halo_w + (j % g.kernel_w) * g.dil_w;
     if (g.channels <= 8 && layout.num_kb <= kV2MaxKBlocks &&
-        shape.halo_h * shape.halo_w <= kHaloPixels) {
+        shape.halo_h * shape.raw_pitch <= kHaloPixels) {
         const int smem = v2_smem_bytes(layout.num_kb);
         err = cudaFuncSetAttribute(conv_gn_pool_v2_kernel,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

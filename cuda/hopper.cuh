@@ -120,6 +120,14 @@ __device__ __forceinline__ void cp_async4_or_zero(void* dst, const float* src, b
                  "l"(src), "r"(valid ? 4 : 0), "l"(l2_policy)
                  : "memory");
 }
+// A 16-byte copy (both addresses 16-byte aligned), or 16 zeros when !valid, with a policy.
+__device__ __forceinline__ void cp_async16_or_zero(void* dst, const float* src, bool valid,
+                                                   uint64_t l2_policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(
+                     smem_address(dst)),
+                 "l"(src), "r"(valid ? 16 : 0), "l"(l2_policy)
+                 : "memory");
+}
 // An L2 cache policy (createpolicy, sm_80+) under which the lines an access brings into L2
 // are the first evicted: for data read once (or read again soon), so that it does not push
 // out what a later kernel will read. PTX ISA: "createpolicy".

@@ -191,6 +191,8 @@ def one_pass(m, x, lo, hi):
     (1, 4, 32, (19, 25), 8, -1.0, 1.0, 0.0, 5, 0.0),  # 25 taps: v1
     (1, 8, 64, (131, 9), 16, -1.0, 1.0, 0.0, 3, 0.0),
     (1, 6, 64, (21, 30), 2, -1.0, 1.0, 0.0, 3, 0.0),  # 32 channels a group
+    # Width a multiple of 4 (16-byte halo copies), Cin < 8, a last column block half outside.
+    (2, 3, 16, (20, 36), 4, -1.0, 1.0, 0.0, 3, 0.0),
 ])
 def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean, k, bias):
     torch.manual_seed(n * 1000 + cout)
@@ -206,6 +208,18 @@ def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean, k,
     # One window of 16 values from 9-product dot products: allclose only (see above).
     assert_fp32_accurate(out, ref32, ref64, within_4x=hw != (6, 6))
     assert torch.equal(out, one_pass(m, x, lo, hi))  # deterministic
+
+
+def test_conv2d_group_norm_pool_clamp_copies_alike_aligned_or_not():
+    # An input 16-byte aligned with a width a multiple of 4 is copied 16 bytes at a time, one
+    # 4 bytes past such an address a float at a time: the same values either way, bit for bit.
+    m = p85_model(8, 64, 16, 0.0, 1.0)
+    x = rand(2, 8, 40, 44, low=0.0)
+    shifted = torch.empty(1 + x.numel(), device=x.device)[1:].view(x.shape)
+    shifted.copy_(x)
+    assert shifted.data_ptr() % 16 != 0 and shifted.is_contiguous()
+    with torch.no_grad():
+        assert torch.equal(one_pass(m, shifted, 0.0, 1.0), one_pass(m, x, 0.0, 1.0))
 
 
 def test_conv2d_group_norm_pool_clamp_nan_input():
