@@ -572,9 +572,9 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                 const int4 plan = wide_plan[wtid + 128 * it];
                 if (plan.y < 0) continue;
                 const bool valid = plan.x >= 0 && inside(plan.w);
-                cp_async16_or_zero(&my.raw[plan.y],
-                                   valid ? origin + (origin_offset + plan.x) : origin, valid,
-                                   input_policy);
+                cp_async_or_zero<16>(&my.raw[plan.y],
+                                     valid ? origin + (origin_offset + plan.x) : origin, valid,
+                                     input_policy);
             }
         } else {
             const int q = wtid % 4;  // (the same for each of the thread's items)
@@ -584,10 +584,10 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                 if (plan.x < 0) continue;  // past the halo
                 const bool in = inside(plan.w);
                 const bool has_q = in && q < g.channels, has_q4 = in && q + 4 < g.channels;
-                cp_async4_or_zero(&my.raw[plan.y],
-                                  has_q ? origin + (origin_offset + q * plane + plan.x) : origin,
-                                  has_q, input_policy);
-                cp_async4_or_zero(
+                cp_async_or_zero<4>(&my.raw[plan.y],
+                                    has_q ? origin + (origin_offset + q * plane + plan.x) : origin,
+                                    has_q, input_policy);
+                cp_async_or_zero<4>(
                     &my.raw[plan.y + 4 * raw_channel],
                     has_q4 ? origin + (origin_offset + (q + 4) * plane + plan.x) : origin, has_q4,
                     input_policy);

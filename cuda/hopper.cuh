@@ -104,29 +104,22 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// cp.async (sm_80+): a 4-byte copy from global to shared memory that holds no register while
-// in flight; when !valid it reads nothing (source size 0) and writes 0. The thread waits for
-// its own copies with cp_async_wait_all (other threads' copies need a barrier as well).
-__device__ __forceinline__ void cp_async4_or_zero(void* dst, const float* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_address(dst)),
-                 "l"(src), "r"(valid ? 4 : 0)
-                 : "memory");
-}
-// The same copy carrying an L2 cache policy (l2_evict_first).
-__device__ __forceinline__ void cp_async4_or_zero(void* dst, const float* src, bool valid,
-                                                  uint64_t l2_policy) {
-    asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, %2, %3;" ::"r"(
-                     smem_address(dst)),
-                 "l"(src), "r"(valid ? 4 : 0), "l"(l2_policy)
-                 : "memory");
-}
-// A 16-byte copy (both addresses 16-byte aligned), or 16 zeros when !valid, with a policy.
-__device__ __forceinline__ void cp_async16_or_zero(void* dst, const float* src, bool valid,
-                                                   uint64_t l2_policy) {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(
-                     smem_address(dst)),
-                 "l"(src), "r"(valid ? 16 : 0), "l"(l2_policy)
-                 : "memory");
+// cp.async (sm_80+): a kBytes-byte copy (4 or 16; both addresses aligned to it) from global
+// to shared memory that holds no register while in flight, carrying an L2 cache policy
+// (l2_evict_first); when !valid it reads nothing (source size 0) and writes zeros. 16-byte
+// copies bypass L1 (.cg: only that size may). The thread waits for its own copies with
+// cp_async_wait_all (other threads' copies need a barrier as well).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_or_zero(void* dst, const float* src, bool valid,
+                                                 uint64_t l2_policy) {
+    static_assert(kBytes == 4 || kBytes == 16, "4- or 16-byte copies");
+    const uint32_t to = smem_address(dst), size = valid ? kBytes : 0;
+    if constexpr (kBytes == 16)
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;"
+                     ::"r"(to), "l"(src), "r"(size), "l"(l2_policy) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, %2, %3;"
+                     ::"r"(to), "l"(src), "r"(size), "l"(l2_policy) : "memory");
 }
 // An L2 cache policy (createpolicy, sm_80+) under which the lines an access brings into L2
 // are the first evicted: for data read once (or read again soon), so that it does not push
