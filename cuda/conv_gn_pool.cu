@@ -596,7 +596,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
         cp_async_commit();
     };
     if (first < total_tiles) fetch_halo(first);
-    cp_async_wait_all();  // (each tile waits for the next one's copies before the barrier of (4))
+    cp_async_wait_all();  // (the later tiles' copies are waited for before (4)'s barrier)
     warpgroup_sync(warpgroup);
 
     for (int tile = first; tile < total_tiles; tile += step) {
@@ -708,6 +708,9 @@ __global__ void __launch_bounds__(kV2Threads, 1)
             const int pixel = 16 * warp + quad_row + 8 * ((i / 2) % 2);
             my.staged[co * kTilePitch + pixel] = acc_big[i] + acc_cross[i];
         }
+        // The next tile's copies of (2) have landed, and after this barrier every thread may
+        // read every thread's (the 16-byte copies are not split by the thread that made them).
+        cp_async_wait_all();
         warpgroup_sync(warpgroup);
 
         // (5) Per (channel, window) pair: the window's extreme, and the channel's moments over
