@@ -24,8 +24,9 @@ from torch._subclasses.fake_tensor import is_fake
 
 from . import _build, _fakes
 
-# name -> schema (arguments and result); binding.cpp defines the same in scratchops_cuda
-# (tests/test_library.py compares the two).
+# name -> schema (arguments and result), written only here: binding.cpp's scratchops_cuda
+# operators take the schemas inferred from their C++ signatures (tests/test_library.py checks
+# that the types agree).
 SCHEMAS = {
     "im2col": "(Tensor input, int[2] kernel_size, int[2] dilation, int[2] padding, "
               "int[2] stride, int version) -> Tensor",

@@ -1,8 +1,8 @@
 """Microbenchmarks (`scratchops bench`): each scratchops kernel beside its torch counterpart.
 
 Every row times one scratchops kernel (one GEMM version, for gemm and conv2d) on one shape,
-with the torch counterpart on the same inputs, and checks once that both agree (allclose,
-atol = rtol = 1e-4): timing a wrong kernel would be worthless. Throughput is reported
+with the torch counterpart on the same inputs, and checks once that both agree (allclose
+within report.ATOL and RTOL): timing a wrong kernel would be worthless. Throughput is reported
 against ceilings measured in the same run on the same GPU:
 
 * compute-bound kernels (gemm, conv2d): TFLOP/s (2 FLOP per multiply-add) and % of torch's

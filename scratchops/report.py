@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import torch
 
-# KernelBench's tolerance: allclose(atol = rtol = 1e-4) against torch fp32.
+# KernelBench's tolerance: allclose(atol, rtol) against torch fp32.
 ATOL = RTOL = 1e-4
 
 

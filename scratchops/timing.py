@@ -101,7 +101,7 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
 def tf32_disabled():
     """Run the body with TF32 off for cuBLAS matmuls and cuDNN convolutions, then restore.
 
-    fp32 results that must match scratchops' fp32 kernels within 1e-4 need true fp32
+    fp32 results that must match scratchops' fp32 kernels within report.ATOL need true fp32
     arithmetic; TF32 keeps only 10 mantissa bits. The matmul setting is restored through
     torch's float32 matmul precision, which `allow_tf32` is a view of ('highest' = off).
     """

@@ -66,8 +66,8 @@ class Workload:
 
 def _rand(*shape) -> torch.Tensor:
     # Compute-bound operands are uniform in [0, 1), like KernelBench's inputs: with no
-    # cancellation the fp32 rounding of two summation orders stays well inside 1e-4
-    # relative, even for K = 4096.
+    # cancellation the fp32 rounding of two summation orders stays well inside the
+    # relative tolerance (report.RTOL), even for K = 4096.
     return torch.rand(shape, device="cuda")
 
 

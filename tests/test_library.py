@@ -1,7 +1,6 @@
-"""The operator library on any machine (no GPU needed): every operator and its fake are
-registered at import, ModelNew traces on the meta device and under FakeTensorMode, and the
-CUDA side defines the same schemas. (Backward: test_autograd.py; torch.compile:
-test_compile.py.)"""
+"""The operator library: on any machine, every operator and its fake are registered at import
+and ModelNew traces on the meta device and under FakeTensorMode; on a GPU, the built CUDA side
+implements the same schemas. (Backward: test_autograd.py; torch.compile: test_compile.py.)"""
 
 import re
 import subprocess
@@ -12,9 +11,9 @@ import pytest
 import torch
 
 import scratchops
-from helpers import model_cases
-from scratchops import _library
-from scratchops.problems import PROBLEMS
+from helpers import model_cases, requires_gpu
+from scratchops import _build, _library
+from scratchops.problems import PROBLEMS, build_pair
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = model_cases()
@@ -32,15 +31,20 @@ def test_every_public_operator_is_registered():
     assert registered == set(_library.SCHEMAS) | {"_backward_not_implemented"}
 
 
-def test_binding_defines_the_same_schemas():
-    text = (REPO / "scratchops" / "csrc" / "binding.cpp").read_text()
-    defs = re.findall(r'm\.def\(((?:"[^"]*"\s*)+)[,)]', text)
-    cuda = {}
-    for d in defs:
-        schema = "".join(re.findall(r'"([^"]*)"', d))
-        name = schema.split("(", 1)[0]
-        cuda[name] = schema[len(name):]
-    assert cuda == _library.SCHEMAS
+@requires_gpu
+def test_binding_implements_each_schema_with_its_types():
+    # binding.cpp registers each CUDA implementation under the schema inferred from its C++
+    # signature; the public operator passes its arguments on in order, so the types must agree.
+    def types(op):
+        schema = op.default._schema
+        return [str(a.type) for a in schema.arguments], [str(r.type) for r in schema.returns]
+
+    cuda = _build.ops()
+    names = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names()
+             if n.startswith("scratchops_cuda::")}
+    assert names == set(_library.SCHEMAS)
+    for name in _library.SCHEMAS:
+        assert types(getattr(cuda, name)) == types(getattr(torch.ops.scratchops, name)), name
 
 
 def test_launchers_h_routes_the_tensor_core_gemm_version_of_versions_py():
@@ -50,17 +54,10 @@ def test_launchers_h_routes_the_tensor_core_gemm_version_of_versions_py():
     assert int(number) == scratchops.versions.GEMM_TENSOR_CORE_VERSION
 
 
-def build(module, label):
-    torch.manual_seed(0)
-    model = module.Model(*module.get_init_inputs())
-    torch.manual_seed(0)
-    return model, module.ModelNew(*module.get_init_inputs(), **module.VARIANTS[label])
-
-
 @pytest.mark.parametrize("name,label", CASES)
 def test_model_new_traces_on_the_meta_device(name, label):
     module = PROBLEMS[name]
-    model, model_new = build(module, label)
+    model, model_new = build_pair(module, label, seed=0, device="cpu")
     x = torch.empty(2, *module.get_inputs()[0].shape[1:2], 20, 19, device="meta")
     assert model_new.to("meta")(x).shape == model.to("meta")(x).shape
 
@@ -69,7 +66,7 @@ def test_model_new_traces_on_the_meta_device(name, label):
 def test_model_new_traces_under_fake_tensor_mode(name, label):
     from torch._subclasses.fake_tensor import FakeTensorMode
     module = PROBLEMS[name]
-    model, model_new = build(module, label)
+    model, model_new = build_pair(module, label, seed=0, device="cpu")
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         model_new, model = model_new.to("meta"), model.to("meta")
         x = mode.from_tensor(torch.empty(2, *module.get_inputs()[0].shape[1:2], 20, 19,
@@ -83,7 +80,7 @@ def test_model_new_traces_on_fake_cuda_tensors(name, label):
     # make them (no CUDA call happens); grad stays off, as autograd would need a CUDA guard.
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     module = PROBLEMS[name]
-    model, model_new = build(module, label)
+    model, model_new = build_pair(module, label, seed=0, device="cpu")
     mode = FakeTensorMode()
 
     def fake_cuda(t):

@@ -315,34 +315,25 @@ Tensor clamp_cuda(const Tensor& x, double min, double max) {
 
 }  // namespace
 
-// Each operator's schema (scratchops/_library.py's, which tests/test_library.py compares) with
-// its CUDA implementation.
+// Each operator with its CUDA implementation. The schema is inferred from the C++ signature
+// (Tensor, int[], Tensor?, float, int): its text, with the argument names, is written once, in
+// scratchops/_library.py, whose operators call these; tests/test_library.py checks the types
+// agree.
 TORCH_LIBRARY(scratchops_cuda, m) {
-    auto cuda = [](auto* implementation) {
-        return torch::dispatch(c10::DispatchKey::CUDA, implementation);
+    const auto def = [&m](const char* name, auto* implementation) {
+        m.def(name, torch::dispatch(c10::DispatchKey::CUDA, implementation));
     };
-    m.def("im2col(Tensor input, int[2] kernel_size, int[2] dilation, int[2] padding, "
-          "int[2] stride, int version) -> Tensor", cuda(&im2col_cuda));
-    m.def("gemm(Tensor a, Tensor b, Tensor? bias, int version) -> Tensor", cuda(&gemm_cuda));
-    m.def("conv2d(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
-          "int[2] dilation, int algorithm, int workspace_bytes, int gemm_version) -> Tensor",
-          cuda(&conv2d_cuda));
-    m.def("conv2d_pack_weight(Tensor weight) -> Tensor", cuda(&conv2d_pack_weight_cuda));
-    m.def("conv2d_min_add_mul(Tensor input, Tensor weight, Tensor? conv_bias, int[2] stride, "
-          "int[2] padding, int[2] dilation, float constant, Tensor bias, float factor, "
-          "Tensor? packed_weight) -> Tensor", cuda(&conv2d_min_add_mul_cuda));
-    m.def("conv2d_group_norm_pool_clamp(Tensor input, Tensor weight, Tensor? conv_bias, "
-          "int num_groups, Tensor? gn_weight, Tensor? gn_bias, Tensor? scale, float eps, "
-          "float min, float max, Tensor? packed_weight) -> Tensor",
-          cuda(&conv2d_group_norm_pool_clamp_cuda));
-    m.def("group_norm(Tensor input, int num_groups, Tensor? weight, Tensor? bias, "
-          "Tensor? scale, float eps, int version) -> Tensor", cuda(&group_norm_cuda));
-    m.def("scale(Tensor input, Tensor scale) -> Tensor", cuda(&scale_cuda));
-    m.def("min_add_mul(Tensor input, float constant, Tensor bias, float factor) -> Tensor",
-          cuda(&min_add_mul_cuda));
-    m.def("max_pool2d_clamp(Tensor input, int[2] kernel_size, int[2] stride, int[2] padding, "
-          "float min, float max, int version) -> Tensor", cuda(&max_pool2d_clamp_cuda));
-    m.def("clamp(Tensor input, float min, float max) -> Tensor", cuda(&clamp_cuda));
+    def("im2col", &im2col_cuda);
+    def("gemm", &gemm_cuda);
+    def("conv2d", &conv2d_cuda);
+    def("conv2d_pack_weight", &conv2d_pack_weight_cuda);
+    def("conv2d_min_add_mul", &conv2d_min_add_mul_cuda);
+    def("conv2d_group_norm_pool_clamp", &conv2d_group_norm_pool_clamp_cuda);
+    def("group_norm", &group_norm_cuda);
+    def("scale", &scale_cuda);
+    def("min_add_mul", &min_add_mul_cuda);
+    def("max_pool2d_clamp", &max_pool2d_clamp_cuda);
+    def("clamp", &clamp_cuda);
 }
 
 }  // namespace scratchops

@@ -1,0 +1,77 @@
+"""The package's shape (issue 8's measures), on any machine: no import circle inside
+scratchops, no module too long to read in one sitting, and KernelBench's tolerance written
+once, so that the tolerance a report prints is the one it used."""
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "scratchops"
+MAX_MODULE_LINES = 350
+
+
+def modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package modules that `name` imports anywhere in its file (in a function too): each
+    imported name resolved to the longest module it names."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    targets = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: up level - 1 packages from this module's package
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                                + ([node.module] if node.module else []))
+            targets += [f"{base}.{alias.name}" for alias in node.names]
+    result = set()
+    for target in targets:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            result.add(target)
+    return result
+
+
+def test_no_import_circle_in_the_package():
+    known = modules()
+    assert "scratchops" in known and "scratchops._library" in known  # the walk found the package
+    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    assert "scratchops._fakes" in graph["scratchops._library"]  # and it sees relative imports
+
+    def circle_from(start, seen=()):
+        for dep in sorted(graph[start]):
+            if dep in seen:
+                return [*seen[seen.index(dep):], dep]
+            found = circle_from(dep, (*seen, dep))
+            if found:
+                return found
+        return None
+
+    for name in sorted(graph):
+        circle = circle_from(name, (name,))
+        assert circle is None, " -> ".join(circle)
+
+
+def test_no_module_over_the_length_limit():
+    lengths = {path.relative_to(PACKAGE.parent).as_posix(): len(path.read_text().splitlines())
+               for path in modules().values()}
+    assert lengths
+    assert {p: n for p, n in lengths.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_the_tolerance_is_written_once():
+    sites = [f"{path.relative_to(PACKAGE.parent).as_posix()}:{i}"
+             for path in sorted(PACKAGE.rglob("*.py"))
+             for i, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"1e-0?4\b|0\.0001\b", line)]
+    assert len(sites) == 1 and sites[0].startswith("scratchops/report.py:"), sites
