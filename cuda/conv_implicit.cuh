@@ -12,7 +12,6 @@
 namespace scratchops {
 namespace conv_tc {
 
-using tf32x3::KPtr;
 using tf32x3::TileCoords;
 
 // Absent values are read from here (stride 0) instead of being predicated one by one.
@@ -55,6 +54,14 @@ struct Im2colRows {
         int dh, dw;  // r * dil_h, s * dil_w
         int count;   // channels present from c0 (0 past the last tap)
     };
+    // The thread's 8 values of a row and k-block: value e at q[e * stride], those with
+    // e < count present. Absent rows point at the zero page with stride 0, so that a full
+    // block's loads need no predicate, and each load's address is one multiply-add (the
+    // pointer and the stride are worked out once a k-block, not once a value).
+    struct KPtr {
+        const float* q;
+        int stride, count;
+    };
     __device__ Row row(int /*batch*/, int m) const {
         const Conv2dGeometry& g = f.g;
         int n, oh, ow;
@@ -71,21 +78,19 @@ struct Im2colRows {
         const int count = tap < g.kernel_h * g.kernel_w ? min(8, g.channels - c0) : 0;
         return {(c0 * g.height + dh) * g.width + dw, dh, dw, count};
     }
+    __device__ KPtr none() const { return {kZeroPage, 0, 0}; }
     __device__ KPtr kptr(const Row& row, const KBlock& b) const {
         const int ih = row.ih0 + b.dh, iw = row.iw0 + b.dw;
         const bool inside = ih >= 0 && ih < f.g.height && iw >= 0 && iw < f.g.width;
-        return {inside ? row.offset + b.delta : 0, inside ? b.count : 0};
+        if (!inside || b.count <= 0) return none();
+        return {x + (row.offset + b.delta), f.g.height * f.g.width, b.count};
     }
     __device__ float2 fetch2(const KPtr& p, int e) const {
-        const int plane = f.g.height * f.g.width;
-        if (kFullBlocks) {
-            const bool present = p.count > 0;
-            const float* q = present ? x + p.offset : kZeroPage;
-            const int stride = present ? plane : 0;
-            return make_float2(load_ordered(q + e * stride), load_ordered(q + (e + 1) * stride));
-        }
-        const float* q = x + p.offset + e * plane;
-        return make_float2(load_or_zero(q, e < p.count), load_or_zero(q + plane, e + 1 < p.count));
+        // (64-bit: a value past count may lie beyond 2^31 elements; its load is predicated off)
+        const float* q = p.q + static_cast<long long>(p.stride) * e;
+        if (kFullBlocks) return make_float2(load_ordered(q), load_ordered(q + p.stride));
+        return make_float2(load_or_zero(q, e < p.count),
+                           load_or_zero(q + p.stride, e + 1 < p.count));
     }
 };
 

@@ -372,6 +372,10 @@ struct RowMajorRows {
     struct KBlock {
         int k0, count;  // the thread's first k, and how many of its 8 exist
     };
+    struct KPtr {
+        int offset;  // of the thread's first value, from a
+        int count;   // how many of its 8 values exist (0: none)
+    };
     __device__ Row row(int batch, int r) const {
         return {r < m ? batch * stride_a + static_cast<long long>(r) * lda : -1};
     }
@@ -379,11 +383,12 @@ struct RowMajorRows {
         const int k0 = kb * tf32x3::kBlockK + 8 * t;
         return {k0, min(8, k - k0)};
     }
-    __device__ tf32x3::KPtr kptr(const Row& r, const KBlock& b) const {
+    __device__ KPtr none() const { return {0, 0}; }
+    __device__ KPtr kptr(const Row& r, const KBlock& b) const {
         // Offsets fit in 32 bits: A holds fewer than 2^31 elements (the caller checks).
         return {r.offset < 0 ? 0 : static_cast<int>(r.offset) + b.k0, r.offset < 0 ? 0 : b.count};
     }
-    __device__ float2 fetch2(const tf32x3::KPtr& p, int e) const {
+    __device__ float2 fetch2(const KPtr& p, int e) const {
         const float* q = a + p.offset + e;
         if (pairs_aligned) {  // one 8-byte load, or at an odd K's end the first value alone
             const float2 pair = load2_or_zero(q, p.count >= e + 2);

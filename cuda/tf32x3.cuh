@@ -38,7 +38,10 @@
 //
 // Interfaces the kernel is instantiated with:
 //   ALoader: Row row(int batch, int m); KBlock kblock(int kb, int t);
-//            KPtr kptr(Row, KBlock); float2 fetch2(KPtr, int e)   (see gemm.cu, conv_implicit.cu)
+//            KPtr kptr(Row, KBlock): where the thread's 8 values of a row and k-block are,
+//            in the loader's own form (computed once a k-block, so that fetch2 is cheap);
+//            KPtr none(): a KPtr of no values; float2 fetch2(KPtr, int e): values e, e + 1
+//            (0 where absent)   (see gemm.cu, conv_implicit.cuh)
 //   Epilogue: Prepared prepare(TileCoords with the thread's place only) once per thread
 //            (per-thread constants, e.g. its columns' parameters), then
 //            void store(const float (&acc)[MB][BN / 2], TileCoords, const Prepared&) for one
@@ -143,13 +146,6 @@ cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
     pack_b_kernel<BN><<<kPackBlocks, kPackThreads, 0, stream>>>(src, packed, layout);
     return cudaGetLastError();
 }
-
-// A loader's answer for one row and k-block: where the thread's 8 values start (an element
-// offset from the loader's base pointer) and how many of them exist (0: none).
-struct KPtr {
-    int offset;
-    int count;
-};
 
 // Where one tile sits, for the epilogue: batch entry, first row, first column.
 struct TileCoords {
@@ -266,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     typename ALoader::Row rows[MB][2];  // row states of the tile of the next fetch
     float raw[MB][2][8];  // the thread's 8 values of each row for the k-block being consumed
-    KPtr next[MB][2];     // where the next k-block's values start (count 0: none)
+    typename ALoader::KPtr next[MB][2];  // where the next k-block's values are
     uint32_t a_big[2][MB][4], a_small[2][MB][4], a_cross[2][MB][4];  // k-step s: buffer s % 2
 
     // next[] for the iterations 0, 1, 2, ... in turn (rows[] first, when one starts a tile).
@@ -275,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) next[mb][h] = {0, 0};
+            for (int h = 0; h < 2; ++h) next[mb][h] = loader.none();
         if (fetched++ >= total_iters) return;
         if (++next_kb == num_kb) {
             next_kb = 0;
