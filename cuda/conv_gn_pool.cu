@@ -875,7 +875,7 @@ long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2d
 }
 
 cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPoolArgs& a, float* y,
-                                int batch, int out_channels, const Conv2dGeometry& g,
+                                int batch, int out_channels, const Conv2dGeometry& g, bool tf32,
                                 void* workspace, cudaStream_t stream) {
     using namespace conv_gn_pool;
     if (batch <= 0) return cudaSuccess;
@@ -907,7 +907,9 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
     for (int j = 0; j < kV2MaxTaps && j < shape.taps; ++j)
         shape.tap_offset[j] =
             (j / g.kernel_w) * g.dil_h * shape.halo_w + (j % g.kernel_w) * g.dil_w;
-    if (g.channels <= 8 && layout.num_kb <= kV2MaxKBlocks &&
+    // (v2 computes fp32-accurate products only; the reductions it covers, at most 96 long, are
+    // below the TF32 rule's kTf32MinReduction anyway.)
+    if (!tf32 && g.channels <= 8 && layout.num_kb <= kV2MaxKBlocks &&
         shape.halo_h * shape.raw_pitch <= kHaloPixels) {
         const int smem = v2_smem_bytes(layout.num_kb);
         err = cudaFuncSetAttribute(conv_gn_pool_v2_kernel,
@@ -924,13 +926,16 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
         err = cudaGetLastError();
     } else {
         const StatsAndExtremes epilogue{params, f, bands};
-        err = g.channels % 8 == 0
-                  ? tf32x3::launch<kBN, kMB, kStages>(
-                        conv_tc::Im2colRows<true, BandPixels>{x, f, bands}, epilogue, p, layout,
-                        static_cast<int>(rows), 1, true, stream)
-                  : tf32x3::launch<kBN, kMB, kStages>(
-                        conv_tc::Im2colRows<false, BandPixels>{x, f, bands}, epilogue, p, layout,
-                        static_cast<int>(rows), 1, true, stream);
+        auto v1 = [&](auto kFullBlocks, auto kTf32) {
+            return tf32x3::launch<kBN, kMB, kStages, 1, decltype(kTf32)::value>(
+                conv_tc::Im2colRows<decltype(kFullBlocks)::value, BandPixels>{x, f, bands},
+                epilogue, p, layout, static_cast<int>(rows), 1, true, stream);
+        };
+        const bool full = g.channels % 8 == 0;
+        err = tf32 ? (full ? v1(std::true_type{}, std::true_type{})
+                           : v1(std::false_type{}, std::true_type{}))
+                   : (full ? v1(std::true_type{}, std::false_type{})
+                           : v1(std::false_type{}, std::false_type{}));
     }
     if (err != cudaSuccess) return err;
     const int windows = (g.out_h / kPool) * (g.out_w / kPool);

@@ -140,20 +140,31 @@ Chunking chunking(int batch, const Conv2dGeometry& g, long long workspace_floats
 
 }  // namespace
 
-long long conv2d_im2col_workspace_floats(int batch, const Conv2dGeometry& g,
-                                         long long workspace_bytes) {
+// The columns' floats, then (TF32) the rounded weights' floats, 4-aligned.
+long long conv2d_im2col_workspace_floats(int batch, int out_channels, const Conv2dGeometry& g,
+                                         long long workspace_bytes, bool tf32) {
     const Chunking c = chunking(batch, g, workspace_bytes / 4);
-    return c.images * g.channels * g.kernel_h * g.kernel_w * c.pixels;
+    const long long taps = static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w;
+    const long long columns = (c.images * taps * c.pixels + 3) / 4 * 4;
+    return columns + (tf32 ? out_channels * taps : 0);
 }
 
 // y[n] = weight (Cout x K) @ cols[n] (K x P) + bias, chunk by chunk; the GEMM of a pixel slice
 // writes a column slice of y[n] (leading dimension P).
 cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const float* bias, float* y,
                                  int batch, int out_channels, const Conv2dGeometry& g,
-                                 int gemm_version, float* workspace, long long workspace_floats,
-                                 cudaStream_t stream) {
+                                 int gemm_version, bool tf32, float* workspace,
+                                 long long workspace_floats, cudaStream_t stream) {
     const long long taps = static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w;
     const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
+    if (tf32) {  // the weights rounded to TF32 at the workspace's end; the columns in place
+        workspace_floats -= out_channels * taps;
+        float* rounded = workspace + workspace_floats;
+        cudaError_t err = tf32_round_launch(weight, rounded, out_channels * taps, stream);
+        if (err != cudaSuccess) return err;
+        weight = rounded;
+        workspace_floats = workspace_floats / 4 * 4;
+    }
     const Chunking c = chunking(batch, g, workspace_floats);
     const long long image_floats = static_cast<long long>(g.channels) * g.height * g.width;
     for (long long n0 = 0; n0 < batch; n0 += c.images) {
@@ -163,6 +174,8 @@ cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const floa
             cudaError_t err = im2col_launch(kConvIm2colVersion, x + n0 * image_floats,
                                             workspace, static_cast<int>(images), g,
                                             static_cast<int>(p0), static_cast<int>(count), stream);
+            if (err != cudaSuccess) return err;
+            if (tf32) err = tf32_round_launch(workspace, workspace, images * taps * count, stream);
             if (err != cudaSuccess) return err;
             const int k = static_cast<int>(taps), columns = static_cast<int>(count);
             const GemmArgs gemm{weight, workspace, bias, y + n0 * out_channels * pixels + p0,

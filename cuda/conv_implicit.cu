@@ -14,7 +14,10 @@
 //      loaded with the channel plane (H * W) as stride; with Cin a multiple of 8 they are all
 //      present or all absent (padding, past the last tap), and absent ones come from a zero
 //      page with stride 0, unpredicated. Epilogues: + bias, or P31's
-//      (min(conv + bias, c) + bias2[co]) * factor in the same store.
+//      (min(conv + bias, c) + bias2[co]) * factor in the same store. With tf32, the engine's
+//      one-product TF32 mode (what cuDNN computes when torch allows TF32).
+#include <type_traits>
+
 #include "conv_implicit.cuh"
 
 namespace scratchops {
@@ -94,7 +97,7 @@ constexpr int kGroup = 9, kGroupFrom = 18;
 
 int tile_width(int out_channels) { return out_channels <= kNarrowBN ? kNarrowBN : kWideBN; }
 
-template <int BN, int MB, int STAGES>
+template <int BN, int MB, int STAGES, bool kTf32>
 cudaError_t run(const float* x, const uint8_t* packed, const float* bias, float* y, int batch,
                 int out_channels, const Conv2dGeometry& g, const ConvTail& tail,
                 cudaStream_t stream) {
@@ -104,10 +107,10 @@ cudaError_t run(const float* x, const uint8_t* packed, const float* bias, float*
     const tf32x3::PackedB layout = conv_tc::weight_layout(g, out_channels, BN);
     auto go = [&](auto loader) {
         return layout.num_kb >= kGroupFrom
-                   ? tf32x3::launch<BN, MB, STAGES, kGroup>(loader, store, packed, layout, m, 1,
-                                                            true, stream)
-                   : tf32x3::launch<BN, MB, STAGES, 1>(loader, store, packed, layout, m, 1, true,
-                                                       stream);
+                   ? tf32x3::launch<BN, MB, STAGES, kGroup, kTf32>(loader, store, packed, layout,
+                                                                   m, 1, true, stream)
+                   : tf32x3::launch<BN, MB, STAGES, 1, kTf32>(loader, store, packed, layout, m,
+                                                              1, true, stream);
     };
     return g.channels % 8 == 0 ? go(Im2colRows<true>{x, f}) : go(Im2colRows<false>{x, f});
 }
@@ -127,15 +130,18 @@ cudaError_t conv2d_implicit_pack(const float* weight, int out_channels, const Co
 
 cudaError_t conv2d_implicit_launch(const float* x, const void* packed, const float* bias,
                                    float* y, int batch, int out_channels,
-                                   const Conv2dGeometry& g, const ConvTail& tail,
+                                   const Conv2dGeometry& g, const ConvTail& tail, bool tf32,
                                    cudaStream_t stream) {
     if (batch <= 0 || out_channels <= 0 || g.out_h <= 0 || g.out_w <= 0) return cudaSuccess;
     const auto* p = static_cast<const uint8_t*>(packed);
-    if (tile_width(out_channels) == kNarrowBN)
-        return run<kNarrowBN, kNarrowMB, kNarrowStages>(x, p, bias, y, batch, out_channels, g,
-                                                        tail, stream);
-    return run<kWideBN, kWideMB, kWideStages>(x, p, bias, y, batch, out_channels, g, tail,
-                                              stream);
+    auto go = [&](auto kTf32) {
+        if (tile_width(out_channels) == kNarrowBN)
+            return run<kNarrowBN, kNarrowMB, kNarrowStages, decltype(kTf32)::value>(
+                x, p, bias, y, batch, out_channels, g, tail, stream);
+        return run<kWideBN, kWideMB, kWideStages, decltype(kTf32)::value>(
+            x, p, bias, y, batch, out_channels, g, tail, stream);
+    };
+    return tf32 ? go(std::true_type{}) : go(std::false_type{});
 }
 
 }  // namespace scratchops

@@ -34,6 +34,9 @@
 //                      The engine and its reasons are in tf32x3.cuh. Needs a workspace for
 //                      the packed B (gemm_workspace_bytes) and an sm_90 GPU.
 //
+// TF32 (GemmArgs::tf32, when torch allows TF32 for matmuls): v5 runs the engine's one-product
+// TF32 mode; v1-v4 multiply copies of A and B rounded to TF32 (tf32_round.cu) in fp32.
+//
 // Every version handles any M, N, K >= 1 (edges are zero-filled on load and masked on
 // store) and any leading dimensions, and fuses the optional per-row bias into the store.
 // Index math is 32-bit inside one matrix (the caller guarantees each matrix holds fewer
@@ -483,10 +486,13 @@ cudaError_t launch_v5_tensor_cores(const GemmArgs& g, void* workspace, long long
             RowMajorB{g.B + b0 * g.stride_b, g.N, g.K, g.ldb, g.stride_b}, packed, layout,
             stream);
         if (err != cudaSuccess) return err;
-        err = tf32x3::launch<kTcBN, kTcMB, kTcStages>(
-            RowMajorRows{g.A + b0 * g.stride_a, g.M, g.K, g.lda, g.stride_a, a_pairs},
-            RowMajorStore{g.C + b0 * g.stride_c, g.bias, g.M, g.N, g.ldc, g.stride_c, c_pairs},
-            packed, layout, g.M, count, b_shared, stream);
+        const RowMajorRows rows{g.A + b0 * g.stride_a, g.M, g.K, g.lda, g.stride_a, a_pairs};
+        const RowMajorStore store{g.C + b0 * g.stride_c, g.bias, g.M, g.N, g.ldc, g.stride_c,
+                                  c_pairs};
+        err = g.tf32 ? tf32x3::launch<kTcBN, kTcMB, kTcStages, 1, true>(
+                           rows, store, packed, layout, g.M, count, b_shared, stream)
+                     : tf32x3::launch<kTcBN, kTcMB, kTcStages, 1, false>(
+                           rows, store, packed, layout, g.M, count, b_shared, stream);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
@@ -497,10 +503,29 @@ bool uses_tensor_cores(int version, const GemmArgs& g) {
     return version == kGemmTensorCoreVersion && g.K > 0;
 }
 
+// The elements a strided batch of rows x cols matrices spans from its first (ld: leading
+// dimension; batch_stride 0: one matrix for every entry).
+long long span(int rows, int cols, int ld, long long batch_stride, int batch) {
+    if (rows == 0 || cols == 0) return 0;
+    return (batch_stride != 0 ? (batch - 1) * batch_stride : 0) +
+           static_cast<long long>(rows - 1) * ld + cols;
+}
+
+// TF32 on the CUDA cores (v1-v4): the operands rounded to TF32 into the workspace, A's span
+// first, then B's (16-byte aligned), multiplied as usual.
+struct RoundedOperands {
+    long long a_floats, b_offset, b_floats;  // B's copy starts b_offset floats in
+    explicit RoundedOperands(const GemmArgs& g)
+        : a_floats(span(g.M, g.K, g.lda, g.stride_a, g.batch)),
+          b_offset((a_floats + 3) / 4 * 4),
+          b_floats(span(g.K, g.N, g.ldb, g.stride_b, g.batch)) {}
+    long long bytes() const { return 4 * (b_offset + b_floats); }
+};
+
 }  // namespace
 
 long long gemm_workspace_bytes(int version, const GemmArgs& g, long long budget) {
-    if (!uses_tensor_cores(version, g)) return 0;
+    if (!uses_tensor_cores(version, g)) return g.tf32 ? RoundedOperands(g).bytes() : 0;
     using gemm_v5::tc_layout;
     const long long all = tc_layout(g.N, g.K, g.stride_b == 0 ? 1 : g.batch).bytes();
     const long long one = tc_layout(g.N, g.K, 1).bytes();
@@ -512,6 +537,18 @@ cudaError_t gemm_launch(int version, const GemmArgs& g, void* workspace,
     if (uses_tensor_cores(version, g))
         return launch_v5_tensor_cores(g, workspace, workspace_bytes, stream);
     if (version == kGemmTensorCoreVersion) version = 1;
+    if (g.tf32) {
+        const RoundedOperands r(g);
+        if (workspace_bytes < r.bytes()) return cudaErrorInvalidValue;
+        GemmArgs rounded = g;
+        auto* a = static_cast<float*>(workspace);
+        rounded.A = a;
+        rounded.B = a + r.b_offset;
+        rounded.tf32 = false;
+        cudaError_t err = tf32_round_launch(g.A, a, r.a_floats, stream);
+        if (err == cudaSuccess) err = tf32_round_launch(g.B, a + r.b_offset, r.b_floats, stream);
+        return err != cudaSuccess ? err : gemm_launch(version, rounded, nullptr, 0, stream);
+    }
     // v3 picks a 64-row tile only for M <= 64, where one launch covers every row anyway,
     // so the 128-row bound of max_rows_per_launch is safe for it.
     const int rows_per_launch = max_rows_per_launch(version);

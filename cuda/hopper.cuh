@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include <cuda_runtime.h>
 
@@ -54,18 +55,25 @@ __device__ __forceinline__ Tf32Split split_tf32_truncated(float x) {
     return tf32_parts(x, tf32_truncated(x));
 }
 
-__device__ __forceinline__ Tf32Split split_tf32(float x) {
-    uint32_t big = tf32_truncated(x);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// x rounded to the nearest TF32, ties away from zero (cvt.rna, sm_80+): how cuDNN and cuBLAS
+// round fp32 operands when torch allows TF32, so the one-product TF32 mode rounds A and B with
+// it. A finite x that would round up to Inf (|x| within half a TF32 ulp of FLT_MAX) is
+// truncated instead; Inf and NaN stay themselves.
+__host__ __device__ __forceinline__ uint32_t tf32_nearest(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    const bool finite = (bits & 0x7f800000u) != 0x7f800000u;
     uint32_t nearest;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(nearest) : "f"(x));
-    // Keep the truncation only where rounding would turn a finite x into Inf.
-    const bool overflow = fabsf(__uint_as_float(nearest)) > __uint_as_float(0x7f7fffffu) &&
-                          fabsf(x) <= __uint_as_float(0x7f7fffffu);
-    big = overflow ? big : nearest;
+#else  // the same on bits: add half a TF32 ulp to the magnitude, clear the low 13 bits
+    nearest = finite ? (bits + 0x1000u) & 0xffffe000u : bits;
 #endif
-    return tf32_parts(x, big);
+    const bool overflow = finite && (nearest & 0x7fffffffu) == 0x7f800000u;
+    return overflow ? bits & 0xffffe000u : nearest;
 }
+
+__device__ __forceinline__ Tf32Split split_tf32(float x) { return tf32_parts(x, tf32_nearest(x)); }
 
 // ---------------------------------------------------------------------- predicated loads
 // A load that happens only when `valid` and gives 0 otherwise, without a branch (the

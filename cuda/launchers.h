@@ -32,16 +32,19 @@ struct GemmArgs {
     int M, N, K, lda, ldb, ldc;
     long long stride_a, stride_b, stride_c;
     int batch;
+    // TF32: products of operands rounded to TF32 (to nearest), summed in fp32, as cuBLAS
+    // computes an fp32 matmul when torch allows TF32; false: fp32 products (v5: 3xTF32).
+    bool tf32 = false;
 };
 // version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked, 4 = pipelined,
 // 5 = tensor cores (3xTF32, sm_90a: needs an sm_90 GPU and an sm_90a build); see the table at
 // the top of gemm.cu. kGemmTensorCoreVersion is scratchops/versions.py's number for v5
 // (tests/test_library.py holds the two equal).
 constexpr int kGemmTensorCoreVersion = 5;
-// The workspace a version needs (16-byte aligned): 0 but for v5, which packs B into
-// shared-memory tiles. With a batched B (stride_b != 0) v5 packs a chunk of entries at a time,
-// so its workspace is every entry's packed B or `budget` bytes, whichever is smaller, but
-// never less than one entry's.
+// The workspace a version needs (16-byte aligned): v5 packs B into shared-memory tiles; with
+// a batched B (stride_b != 0) it packs a chunk of entries at a time, so its workspace is every
+// entry's packed B or `budget` bytes, whichever is smaller, but never less than one entry's.
+// v1-v4 need one only for TF32 (args.tf32): A and B rounded to TF32 (tf32_round_launch).
 long long gemm_workspace_bytes(int version, const GemmArgs& args, long long budget);
 cudaError_t gemm_launch(int version, const GemmArgs& args, void* workspace,
                         long long workspace_bytes, cudaStream_t stream);
@@ -70,13 +73,18 @@ cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
 // y = conv2d(x, weight) + bias as im2col + gemm (versions 1-4) over chunks of the batch, or of
 // one image's output pixels, whose columns fit a workspace of conv2d_im2col_workspace_floats
 // floats (computed from the budget workspace_bytes; never less than one column of C*kh*kw).
-// conv2d's im2col path uses im2col v2.
-long long conv2d_im2col_workspace_floats(int batch, const Conv2dGeometry& g,
-                                         long long workspace_bytes);
+// conv2d's im2col path uses im2col v2. tf32: the columns and weights rounded to TF32 before
+// the GEMM (the weights' rounded copy takes out_channels * C*kh*kw more workspace floats).
+long long conv2d_im2col_workspace_floats(int batch, int out_channels, const Conv2dGeometry& g,
+                                         long long workspace_bytes, bool tf32);
 cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const float* bias, float* y,
                                  int batch, int out_channels, const Conv2dGeometry& g,
-                                 int gemm_version, float* workspace, long long workspace_floats,
-                                 cudaStream_t stream);
+                                 int gemm_version, bool tf32, float* workspace,
+                                 long long workspace_floats, cudaStream_t stream);
+
+// --------------------------------------------------------------- tf32_round.cu
+// y[i] = x[i] rounded to TF32 (to nearest, ties away from zero), for i < n; y may be x.
+cudaError_t tf32_round_launch(const float* x, float* y, long long n, cudaStream_t stream);
 
 // ------------------------------------------------------------ conv_implicit.cu (sm_90a)
 // y = conv2d(x, weight) + bias as an implicit GEMM on the tensor cores (3xTF32), then an
@@ -92,13 +100,22 @@ struct ConvTail {
     const float* bias;  // kMinAddMul: one value per output channel
     float factor;
 };
+// tf32: one TF32 product per fp32 product (A and B rounded to nearest), as cuDNN computes
+// when torch allows TF32 (conv2d_uses_tf32 says when scratchops follows it).
 long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels);
 cudaError_t conv2d_implicit_pack(const float* weight, int out_channels, const Conv2dGeometry& g,
                                  void* packed, cudaStream_t stream);
 cudaError_t conv2d_implicit_launch(const float* x, const void* packed, const float* bias,
                                    float* y, int batch, int out_channels,
-                                   const Conv2dGeometry& g, const ConvTail& tail,
+                                   const Conv2dGeometry& g, const ConvTail& tail, bool tf32,
                                    cudaStream_t stream);
+// Whether a convolution whose torch counterpart may use TF32 (torch.backends.cudnn.allow_tf32)
+// computes in TF32: cuDNN chooses per shape, and the rule that agrees with it best over the
+// measured shapes (docs/tf32.md) is a reduction of at least kTf32MinReduction = Cin*kh*kw.
+constexpr int kTf32MinReduction = 128;
+inline bool conv2d_uses_tf32(const Conv2dGeometry& g) {
+    return static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w >= kTf32MinReduction;
+}
 
 // ------------------------------------------------------------- conv_gn_pool.cu (sm_90a)
 // P85 in one pass: y = clamp(max_pool2d(group_norm(conv2d(x) + conv_bias) * scale, 4), lo, hi),
@@ -117,9 +134,10 @@ struct GnPoolArgs {
 };
 long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
                                        int groups);
+// tf32: the convolution's products in TF32, as conv2d_implicit_launch's.
 cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPoolArgs& args,
                                 float* y, int batch, int out_channels, const Conv2dGeometry& g,
-                                void* workspace, cudaStream_t stream);
+                                bool tf32, void* workspace, cudaStream_t stream);
 
 // ------------------------------------------------------------------ groupnorm.cu
 // y = group_norm(x) over an (batch, channels, plane_size) tensor with `groups` groups

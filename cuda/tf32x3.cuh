@@ -177,7 +177,7 @@ struct TileGrid {
     }
 };
 
-template <int BN, int MB, int STAGES, int kGroup, class ALoader, class Epilogue>
+template <int BN, int MB, int STAGES, int kGroup, bool kTf32, class ALoader, class Epilogue>
 __global__ void __launch_bounds__(kThreads, 1)
     tf32x3_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
                   const PackedB layout, const TileGrid grid) {
@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // the big tiles serve the cross terms too.
     const int* flags = reinterpret_cast<const int*>(packed_b + layout.tiles_bytes());
     const bool b_cross_tile = __syncthreads_or(threadIdx.x < kPackBlocks && flags[threadIdx.x]);
-    const uint32_t copy_bytes = (b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
+    // (The TF32 mode reads the big tiles alone: B rounded to nearest.)
+    const uint32_t copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
 
     if (threadIdx.x < 128) {
         // Producer: thread 0 loads iteration jj's B tiles into stage jj % STAGES once the
@@ -326,6 +327,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int h = 0; h < 2; ++h) {
                     // a0/a1 (rows g, g + 8): logical column 8s + t = physical 8t + 2s;
                     // a2/a3: logical column 8s + t + 4 = physical 8t + 2s + 1.
+                    if (kTf32) {  // one product: A rounded to nearest, as cuDNN rounds it
+                        a_big[buf][mb][h] = tf32_nearest(raw[mb][h][2 * s]);
+                        a_big[buf][mb][2 + h] = tf32_nearest(raw[mb][h][2 * s + 1]);
+                        pin_registers(a_big[buf][mb]);
+                        const float2 v = loader.fetch2(next[mb][h], 2 * s);
+                        raw[mb][h][2 * s] = v.x;
+                        raw[mb][h][2 * s + 1] = v.y;
+                        continue;
+                    }
                     const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
                     const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
                     a_big[buf][mb][h] = lo.big;
@@ -351,14 +361,18 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int mb = 0; mb < MB; ++mb) pin_registers(part[mb]);
             wgmma_fence();
             // Cross terms first, the big one last; the first k-step of a group starts
-            // the partial sum afresh.
+            // the partial sum afresh. (TF32 mode: the big product alone.)
+            if (!kTf32) {
+#pragma unroll
+                for (int mb = 0; mb < MB; ++mb)
+                    Mma::mma(part[mb], a_small[buf][mb], desc_cross, s > 0 || !fresh);
+#pragma unroll
+                for (int mb = 0; mb < MB; ++mb)
+                    Mma::mma(part[mb], a_cross[buf][mb], desc_small, 1);
+            }
 #pragma unroll
             for (int mb = 0; mb < MB; ++mb)
-                Mma::mma(part[mb], a_small[buf][mb], desc_cross, s > 0 || !fresh);
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_cross[buf][mb], desc_small, 1);
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb) Mma::mma(part[mb], a_big[buf][mb], desc_big, 1);
+                Mma::mma(part[mb], a_big[buf][mb], desc_big, kTf32 ? (s > 0 || !fresh) : 1);
             wgmma_commit();
             wgmma_wait<1>();  // the previous step's wgmmas are done: its registers are free
 #pragma unroll
@@ -426,13 +440,16 @@ inline int sm_count() {
 // kGroup: the k-blocks whose products the tensor cores sum into one partial sum before an
 // fp32 add joins it to the total (see "partial sums" at the top): 1 drains the wgmma
 // pipeline at every k-block; more drain less often, each partial sum then holding 12 kGroup
-// truncating accumulations.
-template <int BN, int MB, int STAGES, int kGroup = 1, class ALoader, class Epilogue>
+// truncating accumulations. kTf32: one TF32 product per fp32 product (A and B rounded to
+// nearest) instead of three: what torch's convolutions and matmuls compute when TF32 is
+// allowed, a third of the tensor-core work.
+template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class ALoader,
+          class Epilogue>
 cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_t* packed,
                    const PackedB& layout, int m_rows, int batch, bool b_shared,
                    cudaStream_t stream) {
     using Cfg = Config<BN, MB, STAGES>;
-    auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, ALoader, Epilogue>;
+    auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, kTf32, ALoader, Epilogue>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            Cfg::kSmemBytes);
     if (err != cudaSuccess) return err;

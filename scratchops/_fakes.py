@@ -5,17 +5,15 @@ and meta tensors run them instead of a kernel."""
 
 from __future__ import annotations
 
-import torch
-
 from . import _validate
 
 
-def _fake(name: str, dtype=None):
+def _fake(name: str):
     check = getattr(_validate, f"{name}_args")
 
     def fake(*args):
         _, shape = check(*args)
-        return args[0].new_empty(shape, dtype=dtype)
+        return args[0].new_empty(shape)
 
     fake.__name__ = name
     return fake
@@ -24,7 +22,6 @@ def _fake(name: str, dtype=None):
 im2col = _fake("im2col")
 gemm = _fake("gemm")
 conv2d = _fake("conv2d")
-conv2d_pack_weight = _fake("conv2d_pack_weight", torch.uint8)
 conv2d_min_add_mul = _fake("conv2d_min_add_mul")
 conv2d_group_norm_pool_clamp = _fake("conv2d_group_norm_pool_clamp")
 group_norm = _fake("group_norm")

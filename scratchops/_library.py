@@ -2,10 +2,15 @@
 
 Everything here is defined at import, on any machine: the schemas and the fake (meta)
 implementations need no CUDA build, so torch.compile, torch.library.opcheck, FakeTensorMode
-and meta-device tracing work on a CPU too. The CUDA implementation of each operator calls the
-compiled extension's operator of the same name in the private namespace scratchops_cuda
-(scratchops/csrc/binding.cpp), which _build.ops() builds and loads on first use; Dynamo sees
-only the opaque custom operator.
+and meta-device tracing work on a CPU too; Dynamo sees only the opaque custom operators.
+
+The CUDA kernels: at import each operator gets a placeholder CUDA kernel, which builds and
+loads the extension (_build.ops()) and calls the same implementation through its private
+operator scratchops_cuda::<name>. The first call of a public function on a CUDA tensor
+installs the compiled kernels instead (install_cuda_kernels): the placeholders are removed
+and binding.cpp's C++ implementations become the public operators' CUDA kernels, so a call
+runs no Python between the dispatcher and the launcher. (A placeholder cannot install them
+itself: it would remove the kernel that is running.)
 
 Autograd: every operator is forward-only for now, and says so. Its backward computes each
 input's gradient with the private operator scratchops::_backward_not_implemented, which
@@ -33,14 +38,12 @@ SCHEMAS = {
     "gemm": "(Tensor a, Tensor b, Tensor? bias, int version) -> Tensor",
     "conv2d": "(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
               "int[2] dilation, int algorithm, int workspace_bytes, int gemm_version) -> Tensor",
-    "conv2d_pack_weight": "(Tensor weight) -> Tensor",
     "conv2d_min_add_mul": "(Tensor input, Tensor weight, Tensor? conv_bias, int[2] stride, "
                           "int[2] padding, int[2] dilation, float constant, Tensor bias, "
-                          "float factor, Tensor? packed_weight) -> Tensor",
+                          "float factor) -> Tensor",
     "conv2d_group_norm_pool_clamp": "(Tensor input, Tensor weight, Tensor? conv_bias, "
                                     "int num_groups, Tensor? gn_weight, Tensor? gn_bias, "
-                                    "Tensor? scale, float eps, float min, float max, "
-                                    "Tensor? packed_weight) -> Tensor",
+                                    "Tensor? scale, float eps, float min, float max) -> Tensor",
     "group_norm": "(Tensor input, int num_groups, Tensor? weight, Tensor? bias, Tensor? scale, "
                   "float eps, int version) -> Tensor",
     "scale": "(Tensor input, Tensor scale) -> Tensor",
@@ -51,15 +54,32 @@ SCHEMAS = {
 }
 
 _LIB = torch.library.Library("scratchops", "DEF")
+_PLACEHOLDERS = torch.library.Library("scratchops", "IMPL")  # removed by install_cuda_kernels
 OPS = torch.ops.scratchops
 
 
-def _cuda_kernel(name: str):
+def _placeholder_cuda_kernel(name: str):
     def kernel(*args):
         return getattr(_build.ops(), name)(*args)
 
-    kernel.__name__ = f"{name}_cuda"
+    kernel.__name__ = f"{name}_cuda_placeholder"
     return kernel
+
+
+cuda_kernels_installed = False
+
+
+def install_cuda_kernels() -> None:
+    """Make binding.cpp's implementations the public operators' CUDA kernels (building and
+    loading the extension first), once; RuntimeError saying why when they cannot run here.
+    Call it outside any scratchops kernel (see the top)."""
+    global cuda_kernels_installed
+    if cuda_kernels_installed:
+        return
+    cuda = _build.ops()
+    _PLACEHOLDERS._destroy()
+    cuda.register_public_kernels()
+    cuda_kernels_installed = True
 
 
 def backward_error(name: str) -> NotImplementedError:
@@ -102,7 +122,7 @@ def _no_backward(name: str):
 
 for _name, _schema in SCHEMAS.items():
     _LIB.define(_name + _schema)
-    _LIB.impl(_name, _cuda_kernel(_name), "CUDA")
+    _PLACEHOLDERS.impl(_name, _placeholder_cuda_kernel(_name), "CUDA")
     torch.library.register_fake(f"scratchops::{_name}", getattr(_fakes, _name), lib=_LIB)
     torch.library.register_autograd(f"scratchops::{_name}", _no_backward(_name),
                                     setup_context=_save_input_shapes, lib=_LIB)

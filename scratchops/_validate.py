@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from ._checks import (GEOMETRY_MAX, as_float, as_int, as_pair, check_choice,
                       check_cuda, check_output_size, check_per_channel, check_positive_int,
                       check_tensor, window_output_hw)
@@ -146,50 +144,22 @@ def conv2d_args(x, weight, bias, stride, padding, dilation, algorithm, workspace
     return (x, weight, bias, *geometry, algorithm, workspace_bytes, gemm_version), shape
 
 
-# The packed weights of the tensor-core convolutions (cuda/conv_implicit.cu, tf32x3.cuh):
-# per tile of 64 (Cout <= 64) or 128 output channels and k-block of 32, three tiles of
-# tile-width x 128 bytes, then 256 four-byte flags.
-def packed_weight_bytes(weight_shape) -> int:
-    cout, cin, kh, kw = weight_shape
-    width = 64 if cout <= 64 else 128
-    k_blocks = -(-(kh * kw * (-(-cin // 8) * 8)) // 32)
-    return -(-cout // width) * k_blocks * 3 * width * 128 + 256 * 4
-
-
-def check_packed_weight(packed, weight) -> None:
-    """packed is None or what conv2d_pack_weight(weight) returns."""
-    if packed is None:
-        return
-    if not isinstance(packed, torch.Tensor):
-        raise TypeError(f"packed_weight must be a torch.Tensor, got {type(packed).__name__}")
-    if packed.dtype != torch.uint8 or tuple(packed.shape) != (packed_weight_bytes(weight.shape),):
-        raise ValueError("packed_weight must be conv2d_pack_weight(weight) for this weight "
-                         f"(uint8, {packed_weight_bytes(weight.shape)} bytes)")
-
-
-def conv2d_pack_weight_args(weight):
-    check_tensor(weight, "weight", (4,), nonzero=(0, 1, 2, 3))
-    if max(weight.shape[2:]) > GEOMETRY_MAX:
-        raise ValueError(f"kernel size {tuple(weight.shape[2:])} exceeds {GEOMETRY_MAX}")
-    return (weight,), (packed_weight_bytes(weight.shape),)
-
-
 def conv2d_min_add_mul_args(x, weight, conv_bias, stride, padding, dilation, constant, bias,
-                            factor, packed_weight):
+                            factor):
     geometry, shape = conv2d_geometry(x, weight, conv_bias, stride, padding, dilation)
     check_per_channel(bias, "bias", shape)
-    check_packed_weight(packed_weight, weight)
     return (x, weight, conv_bias, *geometry, as_float(constant, "constant"), bias,
-            as_float(factor, "factor"), packed_weight), shape
+            as_float(factor, "factor")), shape
 
 
 # The one-pass P85 kernel (cuda/conv_gn_pool.cu) covers these; ModelNew picks it by them.
+# (binding.cpp: kOnePassMaxChannels, kOnePassPool; tests/test_call_path.py holds them equal.)
 ONE_PASS_MAX_CHANNELS = 64
 ONE_PASS_POOL = 4
 
 
 def conv2d_group_norm_pool_clamp_args(x, weight, conv_bias, num_groups, gn_weight, gn_bias,
-                                      scale, eps, min, max, packed_weight):
+                                      scale, eps, min, max):
     _, conv_shape = conv2d_geometry(x, weight, conv_bias, 1, 0, 1)
     num_groups, eps = group_norm_params(conv_shape, num_groups, gn_weight, gn_bias, scale, eps)
     cout, out_h, out_w = conv_shape[1:]
@@ -199,9 +169,8 @@ def conv2d_group_norm_pool_clamp_args(x, weight, conv_bias, num_groups, gn_weigh
     if out_h < ONE_PASS_POOL or out_w < ONE_PASS_POOL:
         raise ValueError(f"the convolution output {out_h} x {out_w} is smaller than the "
                          f"{ONE_PASS_POOL} x {ONE_PASS_POOL} pooling window")
-    check_packed_weight(packed_weight, weight)
     args = (x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, eps,
-            as_float(min, "min"), as_float(max, "max"), packed_weight)
+            as_float(min, "min"), as_float(max, "max"))
     return args, (conv_shape[0], cout, out_h // ONE_PASS_POOL, out_w // ONE_PASS_POOL)
 
 

@@ -26,3 +26,19 @@ DEFAULT_CONV2D_ALGORITHM = "implicit_gemm"
 # conv2d's im2col path builds its column matrix in chunks of at most this many bytes (P31 at
 # full size would need a 4.7 GB column matrix in one piece).
 DEFAULT_CONV_WORKSPACE_BYTES = 256 * 2**20
+
+# When torch allows TF32 for convolutions (torch.backends.cudnn.allow_tf32, or
+# torch.backends.cudnn.conv.fp32_precision = "tf32"), cuDNN still computes some shapes in fp32:
+# it picks an algorithm per shape. scratchops follows it with one rule, the simple one that
+# agreed best with cuDNN over a grid and a fuzz of shapes (docs/tf32.md): a convolution whose
+# reduction Cin * kh * kw is at least TF32_MIN_REDUCTION computes one TF32 product per fp32
+# product, the rest fp32-accurate. (Its home is cuda/launchers.h, kTf32MinReduction, where the
+# kernels apply it; tests/test_call_path.py holds this copy equal.) gemm follows torch's matmul
+# switch (torch.backends.cuda.matmul.allow_tf32, set_float32_matmul_precision) for every shape.
+TF32_MIN_REDUCTION = 128
+
+
+def conv2d_uses_tf32(in_channels: int, kernel_h: int, kernel_w: int, allowed: bool) -> bool:
+    """Whether scratchops computes such a convolution in TF32 when torch's switch is
+    `allowed` (the rule above)."""
+    return allowed and in_channels * kernel_h * kernel_w >= TF32_MIN_REDUCTION

@@ -13,8 +13,7 @@ requires_gpu = pytest.mark.skipif(not HAS_GPU, reason=NO_GPU_REASON)
 HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
 
 # What runs on the tensor cores of an sm_90 GPU only: these operators and ModelNew variants.
-TENSOR_CORE_OPERATORS = {"conv2d_group_norm_pool_clamp", "conv2d_min_add_mul",
-                         "conv2d_pack_weight"}
+TENSOR_CORE_OPERATORS = {"conv2d_group_norm_pool_clamp", "conv2d_min_add_mul"}
 TENSOR_CORE_VARIANTS = {("p85", "one_pass"), ("p85", "fused"), ("p31", "one_kernel"),
                         ("p31", "chain")}
 
@@ -74,12 +73,11 @@ def _operator_samples():
         "gemm": sample(lambda r: (r(2, 33, 17), r(2, 17, 45), r(33), 3)),
         "conv2d": sample(lambda r: (r(2, 3, 11, 10), r(4, 3, 3, 3), r(4), [1, 1], [1, 1], [1, 1],
                                     0, workspace, 3)),
-        "conv2d_pack_weight": sample(lambda r: (r(70, 5, 3, 2),)),
         "conv2d_min_add_mul": sample(lambda r: (r(2, 5, 9, 8), r(70, 5, 3, 3), r(70), [1, 1],
-                                                [1, 1], [1, 1], 0.25, r(70), 2.0, None)),
+                                                [1, 1], [1, 1], 0.25, r(70), 2.0)),
         "conv2d_group_norm_pool_clamp": sample(
             lambda r: (r(2, 3, 11, 10), r(8, 3, 3, 3), r(8), 4, r(8), r(8), r(8, 1, 1), 1e-5,
-                       -0.5, 0.5, None)),
+                       -0.5, 0.5)),
         "group_norm": sample(lambda r: (r(2, 6, 5, 7), 3, r(6), r(6), r(6, 1, 1), 1e-5, 2)),
         "scale": sample(lambda r: (r(2, 6, 5, 7), r(6, 1, 1))),
         "min_add_mul": sample(lambda r: (r(2, 6, 5, 7), 0.5, r(6, 1, 1), 2.0)),

@@ -17,8 +17,7 @@ from helpers import OPERATOR_SAMPLES, model_cases, skip_unless_runnable
 from scratchops.problems import PROBLEMS
 
 MODEL_CASES = model_cases()
-# Operators with a differentiable (float) output; conv2d_pack_weight's is uint8.
-DIFFERENTIABLE = sorted(set(OPERATOR_SAMPLES) - {"conv2d_pack_weight"})
+DIFFERENTIABLE = sorted(OPERATOR_SAMPLES)  # every operator's output is a float tensor
 
 
 def raises_backward_error(name=r"\w+"):
@@ -80,12 +79,6 @@ def test_backward_through_public_functions_names_the_operator_they_call(call, op
 
     with raises_backward_error(op):
         call(r).sum().backward()
-
-
-def test_pack_weight_output_is_not_differentiable():
-    weight = torch.rand(70, 5, 3, 2, device="meta", requires_grad=True)
-    packed = torch.ops.scratchops.conv2d_pack_weight(weight)
-    assert packed.dtype == torch.uint8 and not packed.requires_grad
 
 
 @pytest.mark.parametrize("device", ["meta", "cuda"])

@@ -91,9 +91,10 @@ def test_kernel_call_without_gpu_says_what_is_missing():
         scratchops.load()
 
 
-def test_the_per_call_path_takes_no_lock_once_loaded(monkeypatch):
-    # Each operator's CUDA kernel reaches the extension through _build.ops(): once loaded,
-    # one module-level read; the lock and the build belong to the first call only.
+def test_the_placeholder_path_takes_no_lock_once_loaded(monkeypatch):
+    # Until the compiled kernels are installed, each operator's placeholder CUDA kernel
+    # reaches the extension through _build.ops(): once loaded, one module-level read; the
+    # lock and the build belong to the first call only.
     from types import SimpleNamespace
 
     from scratchops import _library
@@ -107,8 +108,8 @@ def test_the_per_call_path_takes_no_lock_once_loaded(monkeypatch):
 
     monkeypatch.setattr(_build, "_lock", NoLock())
     monkeypatch.setattr(_build, "_ops", SimpleNamespace(clamp=lambda *args: ("ran", args)))
-    assert _library._cuda_kernel("clamp")("x", 0.0, 1.0) == ("ran", ("x", 0.0, 1.0))
+    assert _library._placeholder_cuda_kernel("clamp")("x", 0.0, 1.0) == ("ran", ("x", 0.0, 1.0))
 
     monkeypatch.setattr(_build, "_ops", None)  # not loaded yet: the first call builds
     with pytest.raises(AssertionError, match="took the build lock"):
-        _library._cuda_kernel("clamp")("x", 0.0, 1.0)
+        _library._placeholder_cuda_kernel("clamp")("x", 0.0, 1.0)

@@ -9,8 +9,7 @@ import torch
 import torch.nn as nn
 
 import scratchops
-
-from .packed import PackedWeightCache
+from scratchops._validate import ONE_PASS_MAX_CHANNELS, ONE_PASS_POOL
 
 NAME = "85_Conv2d_GroupNorm_Scale_MaxPool_Clamp"
 
@@ -45,7 +44,8 @@ class ModelNew(Model):
     variant="one_pass" (default): conv2d_group_norm_pool_clamp, one pass over the input on the
         tensor cores (sm_90 GPUs): the convolution's epilogue writes group statistics and
         pooling-window extremes instead of its output, and a finalize kernel writes the
-        result; two kernels per forward (the packed weights are kept while unchanged).
+        result; three kernels per forward with the weights' packing (every call: nothing
+        is kept between forwards).
         The rule: it is used when the max pool is 4 x 4 (stride 4, no padding), the
         convolution has at most 64 output channels and its output is at least 4 x 4;
         otherwise this variant runs the "fused" chain.
@@ -60,27 +60,26 @@ class ModelNew(Model):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
         self.variant = variant
-        self._packed = PackedWeightCache()
 
     def one_pass_covers(self, x) -> bool:
-        """The rule above, for input x."""
-        pool = self.maxpool
-        window = (pool.kernel_size, pool.kernel_size) if isinstance(pool.kernel_size, int) \
-            else tuple(pool.kernel_size)
-        stride = window if pool.stride is None else (
-            (pool.stride, pool.stride) if isinstance(pool.stride, int) else tuple(pool.stride))
-        conv = self.conv
-        out_h = x.shape[-2] - conv.kernel_size[0] + 1
-        out_w = x.shape[-1] - conv.kernel_size[1] + 1
-        return (window == stride == (4, 4) and pool.padding == 0 and pool.dilation == 1
-                and not pool.ceil_mode and conv.out_channels <= 64 and min(out_h, out_w) >= 4)
+        """The rule above, for input x (and a convolution of stride 1, no padding or
+        dilation, as the one-pass operator computes)."""
+        pool, conv = self.maxpool, self.conv
+        window = pool.kernel_size
+        return ((window == ONE_PASS_POOL or window == (ONE_PASS_POOL, ONE_PASS_POOL))
+                and (pool.stride is None or pool.stride == window) and pool.padding == 0
+                and pool.dilation == 1 and not pool.ceil_mode
+                and conv.stride == (1, 1) and conv.padding == (0, 0) and conv.dilation == (1, 1)
+                and conv.out_channels <= ONE_PASS_MAX_CHANNELS
+                and x.shape[-2] - conv.kernel_size[0] + 1 >= ONE_PASS_POOL
+                and x.shape[-1] - conv.kernel_size[1] + 1 >= ONE_PASS_POOL)
 
     def forward(self, x):
         conv, gn, pool = self.conv, self.group_norm, self.maxpool
         if self.variant == "one_pass" and self.one_pass_covers(x):
             return scratchops.conv2d_group_norm_pool_clamp(
                 x, conv.weight, conv.bias, gn.num_groups, gn.weight, gn.bias, self.scale, gn.eps,
-                self.clamp_min, self.clamp_max, packed_weight=self._packed.get(conv.weight))
+                self.clamp_min, self.clamp_max)
         if self.variant in ("one_pass", "fused"):
             x = scratchops.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding,
                                   conv.dilation, algorithm="implicit_gemm")

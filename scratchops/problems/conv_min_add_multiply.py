@@ -10,8 +10,6 @@ import torch.nn as nn
 
 import scratchops
 
-from .packed import PackedWeightCache
-
 NAME = "31_Conv2d_Min_Add_Multiply"
 
 
@@ -39,8 +37,10 @@ class ModelNew(Model):
     parameters and initialisation order identical.
 
     variant="one_kernel" (default): conv2d_min_add_mul, the convolution on the tensor cores
-        (fp32-accurate 3xTF32) with min, + bias and * factor in its store: one kernel per
-        forward (the packed weights are kept while the weight is unchanged). sm_90 GPUs.
+        (fp32-accurate 3xTF32, or TF32 where torch's switch and rule say so) with min,
+        + bias and * factor in its store: one kernel per forward, after the weights are
+        packed for it (a small kernel, every call: nothing is kept between forwards).
+        sm_90 GPUs.
     variant="chain": conv2d (implicit GEMM, tensor cores) -> min_add_mul. sm_90 GPUs.
     variant="im2col": conv2d as im2col + gemm (default gemm_version, CUDA cores) ->
         min_add_mul: the educational chain, any GPU.
@@ -51,15 +51,13 @@ class ModelNew(Model):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
         self.variant = variant
-        self._packed = PackedWeightCache()
 
     def forward(self, x):
         conv = self.conv
         if self.variant == "one_kernel":
             return scratchops.conv2d_min_add_mul(
                 x, conv.weight, conv.bias, self.constant_value, self.bias, self.scaling_factor,
-                conv.stride, conv.padding, conv.dilation,
-                packed_weight=self._packed.get(conv.weight))
+                conv.stride, conv.padding, conv.dilation)
         algorithm = "implicit_gemm" if self.variant == "chain" else "im2col_gemm"
         x = scratchops.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding,
                               conv.dilation, algorithm=algorithm)
