@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from . import host_cost
 from .report import Progress, compare, envelope, first_line, fmt, format_table
 from .timing import (DEFAULT_WARMUP, Ceiling, Timing, environment, measure_copy_bandwidth,
                      measure_sgemm_tflops, tf32_disabled, time_cuda)
@@ -237,12 +238,16 @@ def run_bench(kernels: Sequence[str], *, quick: bool, repeats: int, out_dir: Pat
         for w in workloads:
             rows.extend(run_workload(w, ceilings, repeats, progress))
         progress.close()
+    print("scratchops bench: host time per call...", file=sys.stderr, flush=True)
+    with tf32_disabled():
+        host_rows = host_cost.measure()
 
     result = envelope("bench", env,
                       {"kernels": list(kernels), "quick": quick, "repeats": repeats,
                        "warmup": DEFAULT_WARMUP, "flush_l2": True, "tf32": False,
                        "naive_max_flop": NAIVE_MAX_FLOP},
-                      ceilings={name: c.as_dict() for name, c in ceilings.items()}, rows=rows)
+                      ceilings={name: c.as_dict() for name, c in ceilings.items()}, rows=rows,
+                      host_cost=host_rows)
     json_path = out_dir / "bench.json"
     json_path.write_text(json.dumps(result, indent=1) + "\n")
     written = [json_path]
@@ -257,6 +262,10 @@ def run_bench(kernels: Sequence[str], *, quick: bool, repeats: int, out_dir: Pat
           "copy bandwidth (GB/s) or SGEMM (TFLOP/s); median of "
           f"{repeats}, L2 flushed, TF32 off")
     print("\n".join(summary_lines(rows, ceilings, env["gpu"])))
+    print()
+    print(host_cost.table(host_rows))
+    print("host us per call: tiny inputs, calls queued back to back (the host is the "
+          "bottleneck), best of 3 rounds of 2000; ratio = scratchops / torch (<1: cheaper)")
     timed = sum(r["ms"] is not None for r in rows)
     skipped = sum(r["ok"] is None for r in rows)
     wrong = [f"{r['kernel']}/{r['version']} {r['shape']}" for r in rows if r["ok"] is False]

@@ -21,7 +21,8 @@ import scratchops
 
 from .problems import PROBLEMS, build_pair
 from .report import ATOL, compare, dims, envelope, first_line, fmt, format_table
-from .timing import DEFAULT_WARMUP, environment, tf32_disabled, tf32_settings, time_cuda
+from .timing import (DEFAULT_WARMUP, environment, tf32_disabled, tf32_settings, time_cuda,
+                     time_synchronized)
 
 PROBLEM_KEYS = ("p85", "p31")  # the keys of scratchops.problems.PROBLEMS, in run order
 
@@ -39,6 +40,8 @@ class Implementation:
     fn: Callable[[torch.Tensor], torch.Tensor] | None
     is_scratchops: bool = False
     tf32_off: bool = True  # False: run under the TF32 settings this process started with
+    # (as KernelBench runs; a scratchops entry is then checked against torch eager under the
+    # same settings, as KernelBench checks it)
     note: str = ""
     compile_s: float | None = None
 
@@ -89,10 +92,12 @@ def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Nam
     generator = torch.Generator(device="cuda").manual_seed(args.seed)
     x = torch.rand(shape, device="cuda", generator=generator)
 
-    _status(f"{key}: computing the fp32 (TF32 off) and float64 references")
+    _status(f"{key}: computing the fp32 (TF32 off), torch-defaults and float64 references")
     with tf32_disabled():
         ref32 = model(x)
+    ref_default = model(x)  # torch eager under the switches this process started with
     ref64 = copy.deepcopy(model).double()(x.double())
+    default_label = next(iter(variants))
 
     impls = [
         Implementation("torch_eager_fp32", "eager fp32", model, note="torch eager, TF32 off"),
@@ -101,6 +106,10 @@ def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Nam
         _compiled(key, model, x, args.no_compile),
         *(Implementation(f"modelnew_{label}", f"ModelNew[{label}]", new, is_scratchops=True)
           for label, new in variants.items()),
+        Implementation(f"modelnew_{default_label}_defaults", f"ModelNew[{default_label}] dflt",
+                       variants[default_label], is_scratchops=True, tf32_off=False,
+                       note="under torch's default switches, checked against eager default "
+                            "as KernelBench checks"),
     ]
     entries = {}
     for impl in impls:
@@ -110,9 +119,14 @@ def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Nam
         if impl.fn is not None:
             _status(f"{key}: checking and timing {impl.label}")
             with tf32_disabled() if impl.tf32_off else contextlib.nullcontext():
-                entry["correctness"] = _correctness(impl.fn(x), ref32, ref64)
+                entry["correctness"] = _correctness(
+                    impl.fn(x), ref32 if impl.tf32_off or not impl.is_scratchops else ref_default,
+                    ref64)
+                entry["tf32_off"] = impl.tf32_off
                 entry["timing"] = time_cuda(functools.partial(impl.fn, x),
                                             repeats=args.repeats).as_dict()
+                entry["timing_sync"] = time_synchronized(functools.partial(impl.fn, x),
+                                                         repeats=args.repeats).as_dict()
         entries[impl.key] = entry
     return entries
 
@@ -131,19 +145,39 @@ def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict) 
                 torch_key: (t["timing"]["median_ms"] / ours["timing"]["median_ms"]
                             if t["timing"] else None)
                 for torch_key, t in entries.items() if t["kind"] == "torch"}
-    ok = all(e["correctness"]["allclose_vs_fp32"] and e["correctness"]["allclose_vs_fp64"]
+    # TF32 off: allclose to torch fp32 and to float64; under torch's defaults: allclose to
+    # torch eager under the same switches (KernelBench's check; TF32 is not within report.ATOL of
+    # float64).
+    ok = all(e["correctness"]["allclose_vs_fp32"] and
+             (e["correctness"]["allclose_vs_fp64"] or not e["tf32_off"])
              for e in entries.values() if e["kind"] == "scratchops")
     result = {"name": module.NAME, "batch": batch, "input_shape": list(shape),
-              "implementations": entries, "speedups": speedups, "ok": ok}
+              "implementations": entries, "speedups": speedups, "ok": ok,
+              "batch1_sync": batch1_latency(module, args)}
     print(problem_table(key, result))
     return result
 
 
+def batch1_latency(module, args: argparse.Namespace) -> dict:
+    """Batch-1 forward latency timed as KernelBench times (synchronised after each call), of
+    torch eager and ModelNew's default variant, under torch's default switches and with TF32
+    off: at batch 1 the host's time per call is most of it."""
+    model, new = build_pair(module, next(iter(module.VARIANTS)), args.seed)
+    x = torch.rand(1, module.in_channels, module.height, module.width, device="cuda")
+    times = {}
+    for label, tf32_off in (("TF32 off", True), ("defaults", False)):
+        with tf32_disabled() if tf32_off else contextlib.nullcontext():
+            for name, fn in (("eager", model), ("ModelNew", new)):
+                times[f"{name} {label}"] = time_synchronized(
+                    functools.partial(fn, x), repeats=10 * args.repeats).median_ms
+    return times
+
+
 def problem_table(key: str, result: dict) -> str:
     entries = result["implementations"]
-    columns = [("implementation", "<"), ("max|err| fp32", ">"), ("allclose", "<"),
+    columns = [("implementation", "<"), ("max|err| torch", ">"), ("allclose", "<"),
                ("max|err| fp64", ">"), ("allclose", "<"), ("median ms", ">"), ("p10", ">"),
-               ("p90", ">"), ("note", "<")]
+               ("p90", ">"), ("sync ms", ">"), ("note", "<")]
     rows = []
     for e in entries.values():
         c, t = e["correctness"] or {}, e["timing"] or {}
@@ -153,11 +187,17 @@ def problem_table(key: str, result: dict) -> str:
                      fmt(c.get("max_abs_err_vs_fp64"), ".2e"),
                      fmt(c.get("allclose_vs_fp64"), ""),
                      fmt(t.get("median_ms"), ".3f"), fmt(t.get("p10_ms"), ".3f"),
-                     fmt(t.get("p90_ms"), ".3f"), note])
+                     fmt(t.get("p90_ms"), ".3f"),
+                     fmt((e.get("timing_sync") or {}).get("median_ms"), ".3f"), note])
     lines = [f"\n== {key}: {result['name']}, input {dims(result['input_shape'])} ==",
-             f"errors: max |output - torch fp32 (TF32 off)| and max |output - float64 "
-             f"reference|; allclose at atol = rtol = {ATOL:g}",
-             format_table(columns, rows)]
+             f"errors: max |output - torch| (fp32, TF32 off; for 'dflt' rows torch eager "
+             f"under its default switches) and max |output - float64 reference|; allclose at "
+             f"atol = rtol = {ATOL:g}; median ms: GPU time, calls queued; sync ms: KernelBench's "
+             f"way, synchronised after each call (host time counts)",
+             format_table(columns, rows),
+             "",
+             "batch 1, KernelBench's way (ms, synchronised after each call): " + "  ".join(
+                 f"{label} {ms:.4f}" for label, ms in result["batch1_sync"].items())]
     torch_keys = [k for k, e in entries.items() if e["kind"] == "torch"]
     if result["speedups"]:
         columns = [("speedup (torch ms / ours)", "<")]
@@ -178,12 +218,18 @@ def summary_lines(results: dict, env: dict, repeats: int) -> list[str]:
             c = ours["correctness"]
             vs = "  ".join(("n/a" if r is None else f"x{r:.2f}") + f" vs {entries[t]['label']}"
                            for t, r in ratios.items())
-            lines.append(f"  {key} b{result['batch']} {ours['label']:<20} "
-                         f"{ours['timing']['median_ms']:9.3f} ms  allclose "
-                         f"{c['allclose_vs_fp32'] and c['allclose_vs_fp64']}  {vs}")
+            ok = c["allclose_vs_fp32"] and (c["allclose_vs_fp64"] or not ours["tf32_off"])
+            lines.append(f"  {key} b{result['batch']} {ours['label']:<22} "
+                         f"{ours['timing']['median_ms']:9.3f} ms  sync "
+                         f"{ours['timing_sync']['median_ms']:8.3f} ms  allclose {ok}  {vs}")
+        b1 = result["batch1_sync"]
+        lines.append(f"  {key} b1 (sync ms)  " + "  ".join(
+            f"{setting}: eager {b1['eager ' + setting]:.4f} ModelNew "
+            f"{b1['ModelNew ' + setting]:.4f} (x{b1['eager ' + setting] / b1['ModelNew ' + setting]:.2f})"
+            for setting in ("TF32 off", "defaults")))
     ok = all(r["ok"] for r in results.values())
-    lines.append(f"all ModelNew outputs allclose to torch fp32 and float64 "
-                 f"(atol = rtol = {ATOL:g}): {ok}")
+    lines.append(f"all ModelNew outputs allclose (atol = rtol = {ATOL:g}) to torch fp32 and "
+                 f"float64 with TF32 off, and to torch eager under torch's defaults: {ok}")
     return lines
 
 

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import platform
+import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -95,6 +96,46 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
         end.record()
     torch.cuda.synchronize(device)
     return Timing.from_samples([start.elapsed_time(end) for start, end in events])
+
+
+def time_synchronized(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
+                      repeats: int = DEFAULT_REPEATS, flush_l2: bool = True) -> Timing:
+    """Time `fn()` the way KernelBench does: CUDA events around each call and a
+    synchronisation after each one, so that a call's host time (Python, dispatch, launches)
+    counts whenever it exceeds the GPU time, as it does for a caller who waits for results."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    flush = _l2_flush_buffer(device) if flush_l2 else None
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize(device)
+    samples = []
+    for _ in range(repeats):
+        if flush is not None:
+            flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        samples.append(start.elapsed_time(end))
+    return Timing.from_samples(samples)
+
+
+def host_us_per_call(fn: Callable[[], object], *, calls: int = 2000, rounds: int = 3) -> float:
+    """Host microseconds one call of `fn` costs: `calls` calls queued back to back (on inputs
+    small enough that the GPU keeps up, the host is the bottleneck), a synchronisation after
+    each round; the best of `rounds` rounds, after a warm-up."""
+    for _ in range(calls // 10):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return best
 
 
 @contextlib.contextmanager
