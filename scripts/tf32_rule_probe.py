@@ -30,6 +30,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+from scratchops.report import ATOL, RTOL
+from scratchops.versions import conv2d_uses_tf32
+
 
 def round_tf32(t: torch.Tensor, nearest: bool = True) -> torch.Tensor:
     """fp32 -> TF32 (10 mantissa bits) as fp32 bits: to nearest, ties away, or truncated."""
@@ -65,9 +68,14 @@ def conv_case(n, cin, cout, k, hw, stride=1, padding=0, dilation=1, seed=0) -> d
     scale = float(F.conv2d(x.double().abs(), w.double().abs(), *args).max())
     kind, err = classify(out, ref, ref_rn, scale)
     kind_off, _ = classify(out_off, ref, ref_rn, scale)
+    # What scratchops computes under its rule (versions.conv2d_uses_tf32), emulated in float64,
+    # and whether that is allclose to torch's result as KernelBench compares.
+    rule = conv2d_uses_tf32(cin, k, k, True)
+    ours = (ref_rn if rule else ref).float()
+    agrees = bool(torch.allclose(ours, out, atol=ATOL, rtol=RTOL))
     return {"n": n, "cin": cin, "cout": cout, "k": k, "hw": hw, "stride": stride,
             "padding": padding, "dilation": dilation, "allowed": kind, "off": kind_off,
-            "err": err}
+            "err": err, "rule_tf32": rule, "rule_agrees": agrees}
 
 
 def matmul_case(m, k, n, seed=0) -> dict:
@@ -138,6 +146,17 @@ def main() -> int:
             print("  ", c)
     for c in mm:
         print("matmul", c)
+    fuzz_start = sum(1 for c in conv if (c["stride"], c["padding"], c["dilation"]) == (1, 0, 1)
+                     and c["hw"] in (8, 32, 128) and c["n"] in (1, 8, 128))
+    for name, cases in (("grid", conv[:fuzz_start]), ("fuzz", conv[fuzz_start:]),
+                        ("all", conv)):
+        share = sum(c["rule_agrees"] for c in cases) / max(1, len(cases))
+        print(f"the rule (TF32 iff Cin*kh*kw >= 128) is allclose to torch on {share:.1%} "
+              f"of the {name} shapes ({len(cases)})")
+    for label, case in (("P31", (128, 64, 128, 3, 128)), ("P85", (128, 8, 64, 3, 128))):
+        c = conv_case(*case)
+        print(f"{label} {case}: torch computes {c['allowed']}, the rule says "
+              f"{'tf32' if c['rule_tf32'] else 'fp32'}, allclose: {c['rule_agrees']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
