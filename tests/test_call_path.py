@@ -2,6 +2,7 @@
 refuses, torch's TF32 switches followed on both sides of the rule, and KernelBench's own
 protocol under torch's defaults. (Host cost is a benchmark: `scratchops bench`.)"""
 
+import copy
 import re
 from pathlib import Path
 
@@ -77,10 +78,10 @@ def test_results_follow_an_optimizer_step_and_functional_call(name):
             p.grad = torch.full_like(p, 0.25)
         opt.step()
     with torch.no_grad():
-        assert_matches(new(x), model(x), model.double()(x.double()))
         other = {k: v * 1.5 for k, v in model.state_dict().items()}
         ours = torch.func.functional_call(new, other, (x,))
         ref = torch.func.functional_call(model, other, (x,))
+        assert_matches(new(x), model(x), copy.deepcopy(model).double()(x.double()))
         assert_matches(ours, ref, torch.func.functional_call(
             model.double(), {k: v.double() for k, v in other.items()}, (x.double(),)))
 
@@ -246,10 +247,13 @@ def test_gemm_follows_the_matmul_switch(version):
         theirs = a @ b
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
-    torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=RTOL)
+    # cuBLAS rounds ties differently (seen on an H100: up to 4.9e-4 apart at K = 300), so
+    # the check is TF32's accuracy: within 2x of torch's TF32 error, far above fp32's.
     fp32 = scratchops.gemm(a, b, version=version)
     ref64 = a.double() @ b.double()
-    assert (ours.double() - ref64).abs().max() > 20 * (fp32.double() - ref64).abs().max()
+    err = (ours.double() - ref64).abs().max()
+    assert err <= 2 * (theirs.double() - ref64).abs().max()
+    assert err > 20 * (fp32.double() - ref64).abs().max()
 
 
 # ---------------------------------------------------- KernelBench's protocol, its defaults

@@ -41,7 +41,7 @@ def test_binding_implements_each_schema_with_its_types():
 
     cuda = _build.ops()
     names = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names()
-             if n.startswith("scratchops_cuda::")}
+             if n.startswith("scratchops_cuda::")} - {"register_public_kernels"}
     assert names == set(_library.SCHEMAS)
     for name in _library.SCHEMAS:
         assert types(getattr(cuda, name)) == types(getattr(torch.ops.scratchops, name)), name

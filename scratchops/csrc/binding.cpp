@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <optional>
 #include <vector>
 
@@ -57,6 +58,8 @@ int i32(int64_t v) { return static_cast<int>(v); }  // a size already checked to
 float f32(double v) { return static_cast<float>(v); }
 
 // A refused argument: the validator raises the error a user reads (see the top).
+// Messages hold strings only: formatting a number into them crashed on the GPU machine (the
+// extension's own copy of libstdc++'s number formatting met torch's stream; seen in cuda-gdb).
 #define SCRATCHOPS_ARG(cond, ...) TORCH_CHECK_VALUE(cond, "scratchops: ", __VA_ARGS__)
 
 // A contiguous float32 CUDA tensor of rank in [min_dim, max_dim], 32-bit addressable, on the
@@ -68,8 +71,8 @@ void check_tensor(const Tensor& t, const char* name, int64_t min_dim, int64_t ma
                    " must be a CUDA tensor on the input's device");
     SCRATCHOPS_ARG(t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() >= min_dim &&
                        t.dim() <= max_dim && t.numel() <= kMaxElements,
-                   name, " must be a contiguous float32 tensor of ", min_dim, " to ", max_dim,
-                   " dimensions and at most 2^31-1 elements");
+                   name, " must be a contiguous float32 tensor of the operator's rank, with at "
+                   "most 2^31-1 elements");
     for (int64_t d = 0; d < t.dim() && d < 32; ++d)
         SCRATCHOPS_ARG(!(nonzero >> d & 1u) || t.size(d) != 0, name, " has a zero-size dimension");
 }
@@ -84,12 +87,12 @@ const float* per_channel(const OptTensor& p, const Tensor& x, const char* name, 
     bool shaped = p->size(0) == channels &&
                   (p->dim() == 1 || (!exact_1d && x_dims > 2 && p->dim() == x_dims - 1));
     for (int64_t d = 1; shaped && d < p->dim(); ++d) shaped = p->size(d) == 1;
-    SCRATCHOPS_ARG(shaped, name, " must hold one value per channel (", channels, ")");
+    SCRATCHOPS_ARG(shaped, name, " must hold one value per channel");
     return p->data_ptr<float>();
 }
 
 void check_choice(int64_t value, int64_t last, const char* name) {
-    SCRATCHOPS_ARG(value >= 1 && value <= last, name, " must be in [1, ", last, "]");
+    SCRATCHOPS_ARG(value >= 1 && value <= last, name, " is not one of the operator's versions");
 }
 
 // The tensor-core kernels are sm_90a code (wgmma), left empty in a build for other GPUs.
@@ -97,8 +100,10 @@ void check_tensor_cores(const Tensor& t, const char* what) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, t.device().index());
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, t.device().index());
+    char found[32];
+    std::snprintf(found, sizeof found, "sm_%d%d", major, minor);
     TORCH_CHECK(major == 9 && minor == 0, "scratchops: ", what, " runs on the tensor cores of an "
-                "sm_90 GPU (H100, H200); this GPU is sm_", major, minor,
+                "sm_90 GPU (H100, H200); this GPU is ", found,
                 " (conv2d: use algorithm='im2col_gemm'; gemm: version 1-4)");
 }
 
@@ -278,8 +283,7 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
                        per_channel(scale, x, "scale", c.cout, 4), i32(num_groups), f32(eps),
                        f32(min), f32(max)};
     TORCH_CHECK_NOT_IMPLEMENTED(c.cout <= kOnePassMaxChannels, "scratchops: "
-                                "conv2d_group_norm_pool_clamp covers at most ",
-                                kOnePassMaxChannels, " output channels");
+                                "conv2d_group_norm_pool_clamp covers fewer output channels");
     SCRATCHOPS_ARG(c.g.out_h >= kOnePassPool && c.g.out_w >= kOnePassPool,
                    "the convolution output is smaller than the pooling window");
     return launch_into(x, {x.size(0), c.cout, c.g.out_h / kOnePassPool, c.g.out_w / kOnePassPool},
