@@ -926,16 +926,17 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
         err = cudaGetLastError();
     } else {
         const StatsAndExtremes epilogue{params, f, bands};
-        auto v1 = [&](auto kFullBlocks, auto kTf32) {
-            return tf32x3::launch<kBN, kMB, kStages, 1, decltype(kTf32)::value>(
-                conv_tc::Im2colRows<decltype(kFullBlocks)::value, BandPixels>{x, f, bands},
-                epilogue, p, layout, static_cast<int>(rows), 1, true, stream);
+        auto v1 = [&](auto kTf32) {
+            constexpr bool kT = decltype(kTf32)::value;
+            return g.channels % 8 == 0
+                       ? tf32x3::launch<kBN, kMB, kStages, 1, kT>(
+                             conv_tc::Im2colRows<true, BandPixels>{x, f, bands}, epilogue, p,
+                             layout, static_cast<int>(rows), 1, true, stream)
+                       : tf32x3::launch<kBN, kMB, kStages, 1, kT>(
+                             conv_tc::Im2colRows<false, BandPixels>{x, f, bands}, epilogue, p,
+                             layout, static_cast<int>(rows), 1, true, stream);
         };
-        const bool full = g.channels % 8 == 0;
-        err = tf32 ? (full ? v1(std::true_type{}, std::true_type{})
-                           : v1(std::false_type{}, std::true_type{}))
-                   : (full ? v1(std::true_type{}, std::false_type{})
-                           : v1(std::false_type{}, std::false_type{}));
+        err = tf32 ? v1(std::true_type{}) : v1(std::false_type{});
     }
     if (err != cudaSuccess) return err;
     const int windows = (g.out_h / kPool) * (g.out_w / kPool);

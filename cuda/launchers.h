@@ -38,8 +38,9 @@ struct GemmArgs {
 };
 // version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked, 4 = pipelined,
 // 5 = tensor cores (3xTF32, sm_90a: needs an sm_90 GPU and an sm_90a build); see the table at
-// the top of gemm.cu. kGemmTensorCoreVersion is scratchops/versions.py's number for v5
-// (tests/test_library.py holds the two equal).
+// the top of gemm.cu. kGemmTensorCoreVersion is scratchops/versions.py's number for v5, and
+// the last; the k...Versions counts below are each operator's last version (tests/
+// test_library.py holds them equal to versions.py's tables).
 constexpr int kGemmTensorCoreVersion = 5;
 // The workspace a version needs (16-byte aligned): v5 packs B into shared-memory tiles; with
 // a batched B (stride_b != 0) it packs a chunk of entries at a time, so its workspace is every
@@ -66,6 +67,7 @@ struct Conv2dGeometry {
     int out_h, out_w;                 // output image (caller computes and checks > 0)
 };
 // version: 1 = one thread per element, 2 = one block per row (see conv_im2col.cu).
+constexpr int kIm2colVersions = 2;
 // Returns cudaErrorInvalidValue for a chunk of 2^31 or more elements.
 cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,
@@ -144,6 +146,7 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
 // (channels % groups == 0), then times scale[c]. gamma, beta, scale may each be nullptr
 // (1, 0, 1). stats is a workspace of 2 * batch * groups floats (mean, 1/std per group).
 // version: 1 = two-pass statistics, 2 = Welford (see groupnorm.cu).
+constexpr int kGroupNormVersions = 2;
 cudaError_t group_norm_launch(int version, const float* x, float* y, const float* gamma,
                               const float* beta, const float* scale, float* stats, int batch,
                               int channels, int plane_size, int groups, float eps,
@@ -169,6 +172,7 @@ struct PoolGeometry {
 // y = clamp(max_pool2d(x), lo, hi) over `planes` = N*C planes; lo = -inf, hi = +inf for a
 // plain max pool. version: 1 = a grid shaped like the output, 2 = a flat grid (see
 // pool_clamp.cu).
+constexpr int kMaxPool2dVersions = 2;
 cudaError_t max_pool2d_clamp_launch(int version, const float* x, float* y, int planes,
                                     const PoolGeometry& g, float lo, float hi,
                                     cudaStream_t stream);

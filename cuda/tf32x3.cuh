@@ -27,6 +27,9 @@
 //             x MB rows each; setmaxnreg moves registers from the producer to the consumers.
 //   persistent One CTA per SM walks tiles blockIdx.x, + gridDim.x, ...; its k-blocks form one
 //             sequence, so loads for the next tile overlap the current one.
+//   TF32 mode (kTf32: torch allows TF32 and the operator's rule says so) One product instead
+//             of three: A rounded to nearest in the hot loop (tf32_nearest), B's big tile
+//             alone copied and multiplied. What cuDNN and cuBLAS compute then.
 //
 // Layouts (PTX ISA "Asynchronous Warpgroup Level Matrix Shared Memory Layout" and "Register
 // Fragments"): in a 64-row block, warp q of a warpgroup owns rows 16q .. 16q + 15; lane
@@ -330,23 +333,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                     if (kTf32) {  // one product: A rounded to nearest, as cuDNN rounds it
                         a_big[buf][mb][h] = tf32_nearest(raw[mb][h][2 * s]);
                         a_big[buf][mb][2 + h] = tf32_nearest(raw[mb][h][2 * s + 1]);
-                        pin_registers(a_big[buf][mb]);
-                        const float2 v = loader.fetch2(next[mb][h], 2 * s);
-                        raw[mb][h][2 * s] = v.x;
-                        raw[mb][h][2 * s + 1] = v.y;
-                        continue;
+                    } else {
+                        const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
+                        const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
+                        a_big[buf][mb][h] = lo.big;
+                        a_small[buf][mb][h] = lo.small;
+                        a_cross[buf][mb][h] = lo.cross;
+                        a_big[buf][mb][2 + h] = hi.big;
+                        a_small[buf][mb][2 + h] = hi.small;
+                        a_cross[buf][mb][2 + h] = hi.cross;
+                        pin_registers(a_small[buf][mb]);
+                        pin_registers(a_cross[buf][mb]);
                     }
-                    const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
-                    const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
-                    a_big[buf][mb][h] = lo.big;
-                    a_small[buf][mb][h] = lo.small;
-                    a_cross[buf][mb][h] = lo.cross;
-                    a_big[buf][mb][2 + h] = hi.big;
-                    a_small[buf][mb][2 + h] = hi.small;
-                    a_cross[buf][mb][2 + h] = hi.cross;
                     pin_registers(a_big[buf][mb]);
-                    pin_registers(a_small[buf][mb]);
-                    pin_registers(a_cross[buf][mb]);
                     // Refill the two values just consumed with the next k-block's: each load
                     // is in flight for a whole k-block before its value is used.
                     const float2 v = loader.fetch2(next[mb][h], 2 * s);

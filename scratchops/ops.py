@@ -294,10 +294,13 @@ def max_pool2d_clamp(input, kernel_size, stride=None, padding=0, min=None, max=N
                      version: int = DEFAULT_MAX_POOL2D_VERSION):
     """clamp(max_pool2d(input, kernel_size, stride, padding), min, max) in one kernel
     (`version`: MAX_POOL2D_VERSIONS)."""
+    if min is not None or max is not None:  # (else the validator says one is needed)
+        y = _max_pool2d_clamp_direct(input, kernel_size, stride, padding,
+                                     -_INF if min is None else min, _INF if max is None else max,
+                                     version)
+        if y is not None:
+            return y
     lo, hi = _validate.clamp_bounds(min, max)
-    y = _max_pool2d_clamp_direct(input, kernel_size, stride, padding, lo, hi, version)
-    if y is not None:
-        return y
     return _max_pool2d_clamp(input, kernel_size, stride, padding, lo, hi, version)
 
 

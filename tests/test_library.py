@@ -51,7 +51,14 @@ def test_launchers_h_routes_the_tensor_core_gemm_version_of_versions_py():
     # versions.py defines the numbers; binding.cpp needs to know which one is gemm v5's.
     text = (REPO / "cuda" / "launchers.h").read_text()
     number = re.search(r"constexpr int kGemmTensorCoreVersion = (\d+);", text).group(1)
-    assert int(number) == scratchops.versions.GEMM_TENSOR_CORE_VERSION
+    assert int(number) == scratchops.versions.GEMM_TENSOR_CORE_VERSION == \
+        max(scratchops.GEMM_VERSIONS)
+    # and each operator's last version, which binding.cpp refuses beyond
+    for name, table in (("kIm2colVersions", scratchops.IM2COL_VERSIONS),
+                        ("kGroupNormVersions", scratchops.GROUP_NORM_VERSIONS),
+                        ("kMaxPool2dVersions", scratchops.MAX_POOL2D_VERSIONS)):
+        last = re.search(rf"constexpr int {name} = (\d+);", text).group(1)
+        assert sorted(table) == list(range(1, int(last) + 1)), name
 
 
 @pytest.mark.parametrize("name,label", CASES)

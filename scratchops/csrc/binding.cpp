@@ -48,9 +48,6 @@ constexpr int64_t kMaxElements = INT_MAX;
 constexpr int64_t kMaxGeometry = 65535;
 // gemm v5 packs a batched B into a workspace of at most this many bytes, a chunk at a time.
 constexpr long long kGemmWorkspaceBudget = 256LL << 20;
-// The kernel versions each operator has (scratchops/versions.py names them).
-constexpr int64_t kIm2colVersions = 2, kGemmVersions = kGemmTensorCoreVersion,
-                  kGroupNormVersions = 2, kMaxPoolVersions = 2;
 // The one-pass P85 operator: output channels it covers, and its pooling window.
 constexpr int64_t kOnePassMaxChannels = 64, kOnePassPool = 4;
 
@@ -76,7 +73,7 @@ void check_tensor(const Tensor& t, const char* name, int64_t min_dim, int64_t ma
     for (int64_t d = 0; d < t.dim() && d < 32; ++d)
         SCRATCHOPS_ARG(!(nonzero >> d & 1u) || t.size(d) != 0, name, " has a zero-size dimension");
 }
-constexpr unsigned kSpatial = 0b1100, kAllButBatch = 0b1110, kAll = 0b1111;
+constexpr unsigned kAllButBatch = 0b1110, kAll = 0b1111;
 
 // A per-channel parameter of `channels` values for an input of `x_dims` dimensions: shape
 // (C,), or (C, 1, ..., 1) with x_dims - 2 ones unless exact_1d; nullptr when absent.
@@ -91,11 +88,13 @@ const float* per_channel(const OptTensor& p, const Tensor& x, const char* name, 
     return p->data_ptr<float>();
 }
 
+
+// The tensor-core kernels are sm_90a code (wgmma), left empty in a build for other GPUs.
+// A kernel version in [1, last] (launchers.h has each operator's last).
 void check_choice(int64_t value, int64_t last, const char* name) {
     SCRATCHOPS_ARG(value >= 1 && value <= last, name, " is not one of the operator's versions");
 }
 
-// The tensor-core kernels are sm_90a code (wgmma), left empty in a build for other GPUs.
 void check_tensor_cores(const Tensor& t, const char* what) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, t.device().index());
@@ -174,7 +173,7 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias, int64_
         check_tensor(*bias, "bias", 1, 1, &a);
         SCRATCHOPS_ARG(bias->size(0) == M, "gemm bias must have one value per row");
     }
-    check_choice(version, kGemmVersions, "version");
+    check_choice(version, kGemmTensorCoreVersion, "version");
     const int batch = i32(a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1));
     std::vector<int64_t> shape{M, N};
     if (a.dim() == 3 || b.dim() == 3) shape.insert(shape.begin(), batch);
@@ -234,7 +233,7 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     const Conv c = conv_setup(x, weight, bias, stride, padding, dilation);
     SCRATCHOPS_ARG(algorithm == 0 || algorithm == 1, "algorithm must be 0 or 1");
     SCRATCHOPS_ARG(workspace_bytes > 0, "workspace_bytes must be positive");
-    check_choice(gemm_version, kGemmVersions - 1, "gemm_version");
+    check_choice(gemm_version, kGemmTensorCoreVersion - 1, "gemm_version");  // CUDA-core ones
     return launch_into(x, c.shape, "conv2d", [&](float* y, cudaStream_t s) {
         if (algorithm == 1)
             return conv2d_implicit_launch(c.x, packed_weights(weight, c.g).data_ptr(), c.bias, y,
@@ -349,7 +348,7 @@ Tensor max_pool2d_clamp_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayR
     const Conv2dGeometry w = window(x, kernel_size, stride, padding, one);
     SCRATCHOPS_ARG(2 * w.pad_h <= w.kernel_h && 2 * w.pad_w <= w.kernel_w,
                    "max_pool2d padding must be at most half the kernel size");
-    check_choice(version, kMaxPoolVersions, "version");
+    check_choice(version, kMaxPool2dVersions, "version");
     const PoolGeometry g{w.height, w.width, w.kernel_h, w.kernel_w, w.stride_h,
                          w.stride_w, w.pad_h, w.pad_w, w.out_h, w.out_w};
     return launch_into(x, {x.size(0), x.size(1), g.out_h, g.out_w}, "max_pool2d_clamp",
