@@ -1,6 +1,7 @@
 // common.cuh — small device helpers shared by the memory-bound kernel files.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -71,6 +72,42 @@ cudaError_t launch_per_plane(const float* x, float* y, int batch, int channels, 
     per_plane_kernel<<<planes, kPerPlaneThreads, 0, stream>>>(x, y, channels, plane_size,
                                                               vectorized, op);
     return cudaGetLastError();
+}
+
+// ------------------------------------------------------------------ per-device settings
+// Launch-time settings that stay with a kernel or a device (a kernel's dynamic shared-memory
+// limit, the number of multiprocessors) are read or made once per device: the runtime calls
+// cost host time at every launch otherwise. Devices 0..63 are remembered; others pay the call.
+constexpr int kRememberedDevices = 64;
+
+inline int current_device() {
+    int device = 0;
+    return cudaGetDevice(&device) == cudaSuccess ? device : 0;
+}
+
+// set() on the current device unless it succeeded there before: `done` is the caller's
+// static (one per kernel), a bit per device.
+template <typename Set>
+cudaError_t once_per_device(std::atomic<unsigned long long>& done, Set&& set) {
+    const int device = current_device();
+    const unsigned long long bit = device < kRememberedDevices ? 1ull << device : 0;
+    if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+    const cudaError_t err = set();
+    if (err == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
+    return err;
+}
+
+// Multiprocessors of the current device (a persistent grid's size).
+inline int sm_count() {
+    static std::atomic<int> counts[kRememberedDevices];  // 0: not read yet
+    const int device = current_device();
+    int count = device < kRememberedDevices ? counts[device].load(std::memory_order_relaxed) : 0;
+    if (count > 0) return count;
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        count <= 0)
+        return 1;
+    if (device < kRememberedDevices) counts[device].store(count, std::memory_order_relaxed);
+    return count;
 }
 
 // ------------------------------------------------------------------------ fast division

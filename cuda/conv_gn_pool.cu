@@ -912,14 +912,19 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
     if (!tf32 && g.channels <= 8 && layout.num_kb <= kV2MaxKBlocks &&
         shape.halo_h * shape.raw_pitch <= kHaloPixels) {
         const int smem = v2_smem_bytes(layout.num_kb);
-        err = cudaFuncSetAttribute(conv_gn_pool_v2_kernel,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        // The limit, once per device: the most any launch asks (common.cuh).
+        static std::atomic<unsigned long long> smem_set_on;
+        err = once_per_device(smem_set_on, [] {
+            return cudaFuncSetAttribute(conv_gn_pool_v2_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        v2_smem_bytes(kV2MaxKBlocks));
+        });
         if (err != cudaSuccess) return err;
         const long long tiles = static_cast<long long>(batch) * v2_bands.tiles_per_image;
         // A CTA's warpgroups take a tile each.
         const long long groups_of_tiles = (tiles + kV2Warpgroups - 1) / kV2Warpgroups;
         const int ctas = static_cast<int>(
-            groups_of_tiles < tf32x3::sm_count() ? groups_of_tiles : tf32x3::sm_count());
+            groups_of_tiles < sm_count() ? groups_of_tiles : sm_count());
         conv_gn_pool_v2_kernel<<<ctas, kV2Threads, smem, stream>>>(x, p, layout, params, f,
                                                                    v2_bands, shape);
         finalize_bands = v2_bands;

@@ -156,11 +156,12 @@ struct TileCoords {
     int warpgroup, warp, lane;  // this thread within the consumers
 };
 
-template <int BN, int MB, int STAGES>
+template <int BN, int MB, int STAGES, bool kTf32 = false>
 struct Config {
     static constexpr int kBM = kConsumerWarpgroups * 64 * MB;  // rows of a tile
     static constexpr int kTileBytes = BN * 128;
-    static constexpr int kStageBytes = 3 * kTileBytes;  // big, small, cross
+    // A shared-memory stage: big, small and cross tiles; the TF32 mode's, the big one alone.
+    static constexpr int kStageBytes = (kTf32 ? 1 : 3) * kTileBytes;
     static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
     static_assert(kSmemBytes <= 227 * 1024, "stages must fit in shared memory");
 };
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tf32x3_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
                   const PackedB layout, const TileGrid grid) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Cfg = Config<BN, MB, STAGES>;
+    using Cfg = Config<BN, MB, STAGES, kTf32>;
     using Mma = WgmmaTf32Rs<BN>;
     constexpr int kAcc = BN / 2;
 
@@ -237,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 bulk_copy_to_shared(
                     stages + stage * Cfg::kStageBytes,
                     packed_b + ((static_cast<long long>(entry) * grid.n_tiles + nt) * num_kb + kb) *
-                                   Cfg::kStageBytes,
+                                   layout.stage_bytes(),
                     copy_bytes, &full_bar[stage]);
             }
         }
@@ -257,8 +258,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         epilogue.prepare(TileCoords{0, 0, 0, warpgroup, warp, lane});
 
     // total: the tile's result so far, summed with fp32 adds. part: one k-block's products,
-    // summed by the tensor cores (see "partial sums" at the top).
+    // summed by the tensor cores (see "partial sums" at the top). The TF32 mode sums the
+    // whole tile on the tensor cores, as cuDNN and cuBLAS do: its wgmmas accumulate straight
+    // into the total, and part (unused) takes no registers.
     float total[MB][kAcc], part[MB][kAcc];
+    float(&acc)[MB][kAcc] = kTf32 ? total : part;
+    const int group = kTf32 ? num_kb : kGroup;  // k-blocks between drains
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
@@ -357,41 +362,44 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint64_t desc_small = desc_small0 + 2 * s;
             const uint64_t desc_cross = desc_cross0 + 2 * s;
 #pragma unroll
-            for (int mb = 0; mb < MB; ++mb) pin_registers(part[mb]);
+            for (int mb = 0; mb < MB; ++mb) pin_registers(acc[mb]);
             wgmma_fence();
             // Cross terms first, the big one last; the first k-step of a group starts
             // the partial sum afresh. (TF32 mode: the big product alone.)
             if (!kTf32) {
 #pragma unroll
                 for (int mb = 0; mb < MB; ++mb)
-                    Mma::mma(part[mb], a_small[buf][mb], desc_cross, s > 0 || !fresh);
+                    Mma::mma(acc[mb], a_small[buf][mb], desc_cross, s > 0 || !fresh);
 #pragma unroll
                 for (int mb = 0; mb < MB; ++mb)
-                    Mma::mma(part[mb], a_cross[buf][mb], desc_small, 1);
+                    Mma::mma(acc[mb], a_cross[buf][mb], desc_small, 1);
             }
 #pragma unroll
             for (int mb = 0; mb < MB; ++mb)
-                Mma::mma(part[mb], a_big[buf][mb], desc_big, kTf32 ? (s > 0 || !fresh) : 1);
+                Mma::mma(acc[mb], a_big[buf][mb], desc_big, kTf32 ? (s > 0 || !fresh) : 1);
             wgmma_commit();
             wgmma_wait<1>();  // the previous step's wgmmas are done: its registers are free
 #pragma unroll
             for (int mb = 0; mb < MB; ++mb) {
                 pin_registers(a_big[buf ^ 1][mb]);
-                pin_registers(a_small[buf ^ 1][mb]);
-                pin_registers(a_cross[buf ^ 1][mb]);
+                if (!kTf32) {
+                    pin_registers(a_small[buf ^ 1][mb]);
+                    pin_registers(a_cross[buf ^ 1][mb]);
+                }
             }
         }
         point_next();  // integer work while the last wgmmas run
     };
 
-    // Per tile, its k-blocks in groups of kGroup: within a group the wgmmas run on from one
+    // Per tile, its k-blocks in groups of `group`: within a group the wgmmas run on from one
     // k-block into the next (a k-block's first wgmma_wait<1> sees the previous k-block's
     // last wgmmas done, and that stage goes back to the producer); a group ends with one
-    // drain, after which its partial sum joins the total with fp32 adds.
+    // drain, after which its partial sum joins the total with fp32 adds (the TF32 mode: one
+    // group a tile, summed in the total already).
     int j = 0;
     for (int tile_i = 0; tile_i < my_tiles; ++tile_i) {
-        for (int kb0 = 0; kb0 < num_kb; kb0 += kGroup) {
-            const int kb_end = kb0 + kGroup < num_kb ? kb0 + kGroup : num_kb;
+        for (int kb0 = 0; kb0 < num_kb; kb0 += group) {
+            const int kb_end = kb0 + group < num_kb ? kb0 + group : num_kb;
             for (int kb = kb0; kb < kb_end; ++kb, ++j) {
                 run_kblock(j, kb == kb0);
                 if (kb > kb0 && lane == 0) mbarrier_arrive(&empty_bar[(j - 1) % STAGES]);
@@ -399,41 +407,38 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_wait<0>();
 #pragma unroll
             for (int mb = 0; mb < MB; ++mb) {
-                pin_registers(part[mb]);
+                pin_registers(acc[mb]);
                 pin_registers(a_big[1][mb]);
-                pin_registers(a_small[1][mb]);
-                pin_registers(a_cross[1][mb]);
+                if (!kTf32) {
+                    pin_registers(a_small[1][mb]);
+                    pin_registers(a_cross[1][mb]);
+                }
             }
             if (lane == 0) mbarrier_arrive(&empty_bar[(j - 1) % STAGES]);
+            if (!kTf32) {
 #pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
+                for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-                for (int i = 0; i < kAcc; ++i) total[mb][i] += part[mb][i];
+                    for (int i = 0; i < kAcc; ++i) total[mb][i] += part[mb][i];
+            }
         }
         // The tile is done: store it, start the next afresh.
         int b, mt, nt;
         grid.locate(blockIdx.x + tile_i * gridDim.x, b, mt, nt);
         epilogue.template store<BN, MB>(
             total, TileCoords{b, mt * Cfg::kBM, nt * BN, warpgroup, warp, lane}, prepared);
+        if (!kTf32) {  // (the TF32 mode's first wgmma of a tile overwrites the total)
 #pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
+            for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-            for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
+                for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
+        }
     }
 #else
     // Built without sm_90a (wgmma, setmaxnreg). The Python layer builds sm_90 GPUs with
     // sm_90a and refuses these kernels on others; reaching here would be a bug: fail loudly.
     __trap();
 #endif
-}
-
-// Multiprocessors of the current device (the persistent grid's size).
-inline int sm_count() {
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return 1;
-    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        return 1;
-    return count > 0 ? count : 1;
 }
 
 // kGroup: the k-blocks whose products the tensor cores sum into one partial sum before an
@@ -447,10 +452,13 @@ template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class 
 cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_t* packed,
                    const PackedB& layout, int m_rows, int batch, bool b_shared,
                    cudaStream_t stream) {
-    using Cfg = Config<BN, MB, STAGES>;
+    using Cfg = Config<BN, MB, STAGES, kTf32>;
     auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, kTf32, ALoader, Epilogue>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           Cfg::kSmemBytes);
+    static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
+    cudaError_t err = once_per_device(smem_set_on, [&] {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    Cfg::kSmemBytes);
+    });
     if (err != cudaSuccess) return err;
     const TileGrid grid{(m_rows + Cfg::kBM - 1) / Cfg::kBM, layout.n_tiles, batch, b_shared};
     const long long tiles = static_cast<long long>(grid.m_tiles) * grid.n_tiles * batch;

@@ -264,8 +264,9 @@ def run_bench(kernels: Sequence[str], *, quick: bool, repeats: int, out_dir: Pat
     print("\n".join(summary_lines(rows, ceilings, env["gpu"])))
     print()
     print(host_cost.table(host_rows))
-    print("host us per call: tiny inputs, calls queued back to back (the host is the "
-          "bottleneck), best of 3 rounds of 2000; ratio = scratchops / torch (<1: cheaper)")
+    print("host us per call: tiny inputs, the CPU time of queueing one call (fastest of 30 "
+          "rounds of 100 that never wait for the GPU); ratio = scratchops / torch (<1: "
+          "cheaper); loop: us per call in a loop (events), the GPU's pace where it is slower")
     timed = sum(r["ms"] is not None for r in rows)
     skipped = sum(r["ok"] is None for r in rows)
     wrong = [f"{r['kernel']}/{r['version']} {r['shape']}" for r in rows if r["ok"] is False]

@@ -58,9 +58,14 @@ def _ints(*values) -> bool:
     """Each value a plain int or a tuple or list of them (not a bool, numpy integer or tensor,
     which the schema's parser would take as ints where the validator refuses some)."""
     for v in values:
-        if type(v) is not int and not (type(v) in (tuple, list) and
-                                       all(type(e) is int for e in v)):
+        kind = type(v)
+        if kind is int:
+            continue
+        if kind is not tuple and kind is not list:
             return False
+        for e in v:  # (a loop: all() over a generator costs more than the rest of the call)
+            if type(e) is not int:
+                return False
     return True
 
 

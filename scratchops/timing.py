@@ -121,21 +121,33 @@ def time_synchronized(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
     return Timing.from_samples(samples)
 
 
-def host_us_per_call(fn: Callable[[], object], *, calls: int = 2000, rounds: int = 3) -> float:
-    """Host microseconds one call of `fn` costs: `calls` calls queued back to back (on inputs
-    small enough that the GPU keeps up, the host is the bottleneck), a synchronisation after
-    each round; the best of `rounds` rounds, after a warm-up."""
-    for _ in range(calls // 10):
+def host_us_per_call(fn: Callable[[], object], *, calls: int = 100,
+                     rounds: int = 30) -> tuple[float, float]:
+    """(host µs, loop µs) of one call of `fn`.
+
+    host: the CPU time of queueing a call, timed over rounds of `calls` calls that start on an
+    idle GPU and stay well inside the launch queue, so that the host never waits for the GPU
+    (rounds of thousands would time the GPU instead wherever it is the slower side); the
+    fastest of `rounds` rounds, after a warm-up (other work on a shared host only adds time). loop: a call's share of a round of calls in a
+    loop, between events on the GPU: the pace of the slower side, so above `host` exactly when
+    the GPU's work for the call takes longer than the host's."""
+    for _ in range(calls):
         fn()
     torch.cuda.synchronize()
-    best = float("inf")
+    per_round = []
     for _ in range(rounds):
         start = time.perf_counter()
         for _ in range(calls):
             fn()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+        per_round.append((time.perf_counter() - start) / calls * 1e6)
         torch.cuda.synchronize()
-    return best
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return min(per_round), begin.elapsed_time(end) / calls * 1e3
 
 
 @contextlib.contextmanager

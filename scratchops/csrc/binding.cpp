@@ -21,6 +21,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/accumulate.h>
@@ -106,6 +107,14 @@ void check_tensor_cores(const Tensor& t, const char* what) {
                 " (conv2d: use algorithm='im2col_gemm'; gemm: version 1-4)");
 }
 
+// A workspace of `bytes` for one call, from torch's caching allocator on the current device
+// and stream (launch_into's guard sets the device): freed when the returned pointer goes,
+// right after the launch, and handed out again only in that stream's order. (The allocator
+// directly: a tensor around it would cost host time and nothing else.)
+at::DataPtr workspace(long long bytes) {
+    return c10::cuda::CUDACachingAllocator::get()->allocate(static_cast<size_t>(bytes));
+}
+
 // torch's TF32 switches, read at each call as torch's operators read them.
 bool conv_tf32_allowed() { return at::globalContext().allowTF32CuDNN(at::Float32Op::CONV); }
 bool matmul_tf32_allowed() { return at::globalContext().allowTF32CuBLAS(); }
@@ -185,8 +194,8 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias, int64_
         args.C = c;
         if (version == kGemmTensorCoreVersion && K > 0) check_tensor_cores(a, "gemm version 5");
         const long long bytes = gemm_workspace_bytes(i32(version), args, kGemmWorkspaceBudget);
-        Tensor ws = at::empty({bytes}, a.options().dtype(at::kByte));
-        return gemm_launch(i32(version), args, ws.data_ptr(), bytes, s);
+        const at::DataPtr ws = workspace(bytes);
+        return gemm_launch(i32(version), args, ws.get(), bytes, s);
     });
 }
 
@@ -215,12 +224,11 @@ Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
 
 // The weights packed for the tensor cores now, in a workspace of this call: packing every
 // call costs one small kernel and keeps no copy that could outlive the weights.
-Tensor packed_weights(const Tensor& w, const Conv2dGeometry& g) {
+at::DataPtr packed_weights(const Tensor& w, const Conv2dGeometry& g) {
     check_tensor_cores(w, "this convolution");
-    Tensor packed = at::empty({conv2d_implicit_packed_bytes(g, i32(w.size(0)))},
-                              w.options().dtype(at::kByte));
+    at::DataPtr packed = workspace(conv2d_implicit_packed_bytes(g, i32(w.size(0))));
     const cudaError_t err = conv2d_implicit_pack(
-        w.data_ptr<float>(), i32(w.size(0)), g, packed.data_ptr(),
+        w.data_ptr<float>(), i32(w.size(0)), g, packed.get(),
         c10::cuda::getCurrentCUDAStream(w.device().index()).stream());
     TORCH_CHECK(err == cudaSuccess, "scratchops: weight packing failed: ", cudaGetErrorString(err));
     return packed;
@@ -236,15 +244,15 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     check_choice(gemm_version, kGemmTensorCoreVersion - 1, "gemm_version");  // CUDA-core ones
     return launch_into(x, c.shape, "conv2d", [&](float* y, cudaStream_t s) {
         if (algorithm == 1)
-            return conv2d_implicit_launch(c.x, packed_weights(weight, c.g).data_ptr(), c.bias, y,
+            return conv2d_implicit_launch(c.x, packed_weights(weight, c.g).get(), c.bias, y,
                                           c.batch, c.cout, c.g,
                                           ConvTail{ConvTail::kNone, 0.0f, nullptr, 1.0f}, c.tf32,
                                           s);
         const long long floats =
             conv2d_im2col_workspace_floats(c.batch, c.cout, c.g, workspace_bytes, c.tf32);
-        Tensor cols = at::empty({floats}, x.options());
+        const at::DataPtr cols = workspace(floats * static_cast<long long>(sizeof(float)));
         return conv2d_im2col_launch(c.x, weight.data_ptr<float>(), c.bias, y, c.batch, c.cout,
-                                    c.g, i32(gemm_version), c.tf32, cols.data_ptr<float>(),
+                                    c.g, i32(gemm_version), c.tf32, static_cast<float*>(cols.get()),
                                     floats, s);
     });
 }
@@ -257,7 +265,7 @@ Tensor conv2d_min_add_mul_cuda(const Tensor& x, const Tensor& weight, const OptT
     const ConvTail tail{ConvTail::kMinAddMul, f32(constant),
                         per_channel(bias, x, "bias", c.cout, 4), f32(factor)};
     return launch_into(x, c.shape, "conv2d_min_add_mul", [&](float* y, cudaStream_t s) {
-        return conv2d_implicit_launch(c.x, packed_weights(weight, c.g).data_ptr(), c.bias, y,
+        return conv2d_implicit_launch(c.x, packed_weights(weight, c.g).get(), c.bias, y,
                                       c.batch, c.cout, c.g, tail, c.tf32, s);
     });
 }
@@ -287,11 +295,11 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
                    "the convolution output is smaller than the pooling window");
     return launch_into(x, {x.size(0), c.cout, c.g.out_h / kOnePassPool, c.g.out_w / kOnePassPool},
                        "conv2d_group_norm_pool_clamp", [&](float* y, cudaStream_t s) {
-        const Tensor packed = packed_weights(weight, c.g);
-        Tensor ws = at::empty({conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups)},
-                              x.options().dtype(at::kByte));
-        return conv_gn_pool_launch(c.x, packed.data_ptr(), a, y, c.batch, c.cout, c.g, c.tf32,
-                                   ws.data_ptr(), s);
+        const at::DataPtr packed = packed_weights(weight, c.g);
+        const at::DataPtr ws =
+            workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups));
+        return conv_gn_pool_launch(c.x, packed.get(), a, y, c.batch, c.cout, c.g, c.tf32,
+                                   ws.get(), s);
     });
 }
 
@@ -317,8 +325,9 @@ Tensor group_norm_cuda(const Tensor& x, int64_t num_groups, const OptTensor& wei
     const float* s = per_channel(scale, x, "scale", p.channels, x.dim());
     check_choice(version, kGroupNormVersions, "version");
     return launch_into(x, x.sizes(), "group_norm", [&](float* y, cudaStream_t stream) {
-        Tensor stats = at::empty({2 * p.batch * num_groups}, x.options());  // mean, 1/std
-        return group_norm_launch(i32(version), p.x, y, gamma, beta, s, stats.data_ptr<float>(),
+        const at::DataPtr stats =  // mean, 1/std
+            workspace(2 * p.batch * num_groups * static_cast<long long>(sizeof(float)));
+        return group_norm_launch(i32(version), p.x, y, gamma, beta, s, static_cast<float*>(stats.get()),
                                  p.batch, p.channels, p.size, i32(num_groups), f32(eps), stream);
     });
 }
