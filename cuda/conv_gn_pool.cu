@@ -25,12 +25,14 @@
 //      instead of every im2col value gathered and split, one k-step a tap instead of the
 //      packing's padded 4-taps-a-k-step order, and three warpgroups on separate 4 x 16 tiles
 //      so that one's epilogue overlaps the others' wgmmas (see "v2" below).
-//      conv_gn_pool_launch runs v2 where it covers the shape, v1 elsewhere.
+//      conv_gn_pool_launch runs v2 where it covers the shape on the wgmma engine, v1
+//      elsewhere (v1 runs on either tensor-core engine: tensor_core_launch.cuh).
 //   Memory traffic (P85 at batch 128): the input once (67 MB, plus cache re-reads), the
 //   extremes written and read once (32 MB each), the output (32 MB), the statistics (1 MB).
 #include <type_traits>
 
 #include "conv_implicit.cuh"
+#include "tensor_core_launch.cuh"
 
 namespace scratchops {
 namespace conv_gn_pool {
@@ -876,7 +878,7 @@ long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2d
 
 cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPoolArgs& a, float* y,
                                 int batch, int out_channels, const Conv2dGeometry& g, bool tf32,
-                                void* workspace, cudaStream_t stream) {
+                                TensorCorePath engine, void* workspace, cudaStream_t stream) {
     using namespace conv_gn_pool;
     if (batch <= 0) return cudaSuccess;
     if (out_channels <= 0 || out_channels > kBN || a.groups <= 0 ||
@@ -909,7 +911,8 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
             (j / g.kernel_w) * g.dil_h * shape.halo_w + (j % g.kernel_w) * g.dil_w;
     // (v2 computes fp32-accurate products only; the reductions it covers, at most 96 long, are
     // below the TF32 rule's kTf32MinReduction anyway.)
-    if (!tf32 && g.channels <= 8 && layout.num_kb <= kV2MaxKBlocks &&
+    if (engine == TensorCorePath::kWgmma && !tf32 && g.channels <= 8 &&
+        layout.num_kb <= kV2MaxKBlocks &&
         shape.halo_h * shape.raw_pitch <= kHaloPixels) {
         const int smem = v2_smem_bytes(layout.num_kb);
         // The limit, once per device: the most any launch asks (common.cuh).
@@ -934,12 +937,12 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
         auto v1 = [&](auto kTf32) {
             constexpr bool kT = decltype(kTf32)::value;
             return g.channels % 8 == 0
-                       ? tf32x3::launch<kBN, kMB, kStages, 1, kT>(
-                             conv_tc::Im2colRows<true, BandPixels>{x, f, bands}, epilogue, p,
-                             layout, static_cast<int>(rows), 1, true, stream)
-                       : tf32x3::launch<kBN, kMB, kStages, 1, kT>(
-                             conv_tc::Im2colRows<false, BandPixels>{x, f, bands}, epilogue, p,
-                             layout, static_cast<int>(rows), 1, true, stream);
+                       ? tensor_core_launch<kBN, kMB, kStages, 1, kT>(
+                             engine, conv_tc::Im2colRows<true, BandPixels>{x, f, bands},
+                             epilogue, p, layout, static_cast<int>(rows), 1, true, stream)
+                       : tensor_core_launch<kBN, kMB, kStages, 1, kT>(
+                             engine, conv_tc::Im2colRows<false, BandPixels>{x, f, bands},
+                             epilogue, p, layout, static_cast<int>(rows), 1, true, stream);
         };
         err = tf32 ? v1(std::true_type{}) : v1(std::false_type{});
     }

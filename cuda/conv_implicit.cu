@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "conv_implicit.cuh"
+#include "tensor_core_launch.cuh"
 
 namespace scratchops {
 namespace conv_tc {  // (named: in a build without sm_90a the kernel using it is empty)
@@ -100,17 +101,17 @@ int tile_width(int out_channels) { return out_channels <= kNarrowBN ? kNarrowBN 
 template <int BN, int MB, int STAGES, bool kTf32>
 cudaError_t run(const float* x, const uint8_t* packed, const float* bias, float* y, int batch,
                 int out_channels, const Conv2dGeometry& g, const ConvTail& tail,
-                cudaStream_t stream) {
+                TensorCorePath engine, cudaStream_t stream) {
     const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
     const ConvStore store{y, bias, tail, f};
     const int m = batch * g.out_h * g.out_w;
     const tf32x3::PackedB layout = conv_tc::weight_layout(g, out_channels, BN);
     auto go = [&](auto loader) {
         return layout.num_kb >= kGroupFrom
-                   ? tf32x3::launch<BN, MB, STAGES, kGroup, kTf32>(loader, store, packed, layout,
-                                                                   m, 1, true, stream)
-                   : tf32x3::launch<BN, MB, STAGES, 1, kTf32>(loader, store, packed, layout, m,
-                                                              1, true, stream);
+                   ? tensor_core_launch<BN, MB, STAGES, kGroup, kTf32>(
+                         engine, loader, store, packed, layout, m, 1, true, stream)
+                   : tensor_core_launch<BN, MB, STAGES, 1, kTf32>(engine, loader, store, packed,
+                                                                  layout, m, 1, true, stream);
     };
     return g.channels % 8 == 0 ? go(Im2colRows<true>{x, f}) : go(Im2colRows<false>{x, f});
 }
@@ -131,15 +132,15 @@ cudaError_t conv2d_implicit_pack(const float* weight, int out_channels, const Co
 cudaError_t conv2d_implicit_launch(const float* x, const void* packed, const float* bias,
                                    float* y, int batch, int out_channels,
                                    const Conv2dGeometry& g, const ConvTail& tail, bool tf32,
-                                   cudaStream_t stream) {
+                                   TensorCorePath engine, cudaStream_t stream) {
     if (batch <= 0 || out_channels <= 0 || g.out_h <= 0 || g.out_w <= 0) return cudaSuccess;
     const auto* p = static_cast<const uint8_t*>(packed);
     auto go = [&](auto kTf32) {
         if (tile_width(out_channels) == kNarrowBN)
             return run<kNarrowBN, kNarrowMB, kNarrowStages, decltype(kTf32)::value>(
-                x, p, bias, y, batch, out_channels, g, tail, stream);
+                x, p, bias, y, batch, out_channels, g, tail, engine, stream);
         return run<kWideBN, kWideMB, kWideStages, decltype(kTf32)::value>(
-            x, p, bias, y, batch, out_channels, g, tail, stream);
+            x, p, bias, y, batch, out_channels, g, tail, engine, stream);
     };
     return tf32 ? go(std::true_type{}) : go(std::false_type{});
 }

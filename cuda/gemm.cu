@@ -44,6 +44,7 @@
 
 #include "common.cuh"
 #include "launchers.h"
+#include "tensor_core_launch.cuh"
 #include "tf32x3.cuh"
 
 namespace scratchops {
@@ -489,10 +490,10 @@ cudaError_t launch_v5_tensor_cores(const GemmArgs& g, void* workspace, long long
         const RowMajorRows rows{g.A + b0 * g.stride_a, g.M, g.K, g.lda, g.stride_a, a_pairs};
         const RowMajorStore store{g.C + b0 * g.stride_c, g.bias, g.M, g.N, g.ldc, g.stride_c,
                                   c_pairs};
-        err = g.tf32 ? tf32x3::launch<kTcBN, kTcMB, kTcStages, 1, true>(
-                           rows, store, packed, layout, g.M, count, b_shared, stream)
-                     : tf32x3::launch<kTcBN, kTcMB, kTcStages, 1, false>(
-                           rows, store, packed, layout, g.M, count, b_shared, stream);
+        err = g.tf32 ? tensor_core_launch<kTcBN, kTcMB, kTcStages, 1, true>(
+                           g.engine, rows, store, packed, layout, g.M, count, b_shared, stream)
+                     : tensor_core_launch<kTcBN, kTcMB, kTcStages, 1, false>(
+                           g.engine, rows, store, packed, layout, g.M, count, b_shared, stream);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;

@@ -20,6 +20,15 @@
 
 namespace scratchops {
 
+// ------------------------------------------------------------ the tensor-core engines
+// The fp32-accurate tensor-core kernels (gemm v5, the implicit-GEMM convolutions, P85 in one
+// pass) run on one of two engines, the same product from the same packed operands:
+//   kWgmma    Hopper's warpgroup MMA with a bulk-copy ring and warp specialisation
+//             (tf32x3.cuh): an sm_90 GPU and an sm_90a build;
+//   kMmaSync  the warp-level mma.sync (mma_sync_3xtf32.cuh): any sm_80 or later GPU.
+// binding.cpp picks the faster one the device has, unless the user forced one.
+enum class TensorCorePath : int { kWgmma = 0, kMmaSync = 1 };
+
 // ---------------------------------------------------------------- gemm.cu
 // C[b] = A[b] @ B[b] (+ bias[m] on every row m), for b in [0, batch). Batch strides are in
 // elements (64-bit: the batch as a whole may exceed 2^31 elements only through the pointer
@@ -35,9 +44,10 @@ struct GemmArgs {
     // TF32: products of operands rounded to TF32 (to nearest), summed in fp32, as cuBLAS
     // computes an fp32 matmul when torch allows TF32; false: fp32 products (v5: 3xTF32).
     bool tf32 = false;
+    TensorCorePath engine = TensorCorePath::kWgmma;  // v5's engine
 };
 // version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked, 4 = pipelined,
-// 5 = tensor cores (3xTF32, sm_90a: needs an sm_90 GPU and an sm_90a build); see the table at
+// 5 = tensor cores (3xTF32, on args.engine: sm_80+ or sm_90a, above); see the table at
 // the top of gemm.cu. kGemmTensorCoreVersion is scratchops/versions.py's number for v5, and
 // the last; the k...Versions counts below are each operator's last version (tests/
 // test_library.py holds them equal to versions.py's tables).
@@ -88,13 +98,13 @@ cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const floa
 // y[i] = x[i] rounded to TF32 (to nearest, ties away from zero), for i < n; y may be x.
 cudaError_t tf32_round_launch(const float* x, float* y, long long n, cudaStream_t stream);
 
-// ------------------------------------------------------------ conv_implicit.cu (sm_90a)
+// ----------------------------------------------------------------- conv_implicit.cu
 // y = conv2d(x, weight) + bias as an implicit GEMM on the tensor cores (3xTF32), then an
 // optional elementwise tail: kMinAddMul (P31) gives y = (min(y, constant) + bias[co]) * factor.
 // x: batch images of g.channels x g.height x g.width; y: batch x out_channels x out_h x out_w.
 // The weights are first packed (conv2d_implicit_pack into a buffer of
 // conv2d_implicit_packed_bytes, 16-byte aligned); a packed buffer serves any number of
-// launches while the weights do not change. Needs an sm_90 GPU and an sm_90a build.
+// launches while the weights do not change. engine: the tensor-core engine (above).
 struct ConvTail {
     enum Kind { kNone = 0, kMinAddMul = 1 };
     int kind;
@@ -110,7 +120,7 @@ cudaError_t conv2d_implicit_pack(const float* weight, int out_channels, const Co
 cudaError_t conv2d_implicit_launch(const float* x, const void* packed, const float* bias,
                                    float* y, int batch, int out_channels,
                                    const Conv2dGeometry& g, const ConvTail& tail, bool tf32,
-                                   cudaStream_t stream);
+                                   TensorCorePath engine, cudaStream_t stream);
 // Whether a convolution whose torch counterpart may use TF32 (torch.backends.cudnn.allow_tf32)
 // computes in TF32: cuDNN chooses per shape, and the rule that agrees with it best over the
 // measured shapes (docs/tf32.md) is a reduction of at least kTf32MinReduction = Cin*kh*kw.
@@ -119,7 +129,7 @@ inline bool conv2d_uses_tf32(const Conv2dGeometry& g) {
     return static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w >= kTf32MinReduction;
 }
 
-// ------------------------------------------------------------- conv_gn_pool.cu (sm_90a)
+// ------------------------------------------------------------------ conv_gn_pool.cu
 // P85 in one pass: y = clamp(max_pool2d(group_norm(conv2d(x) + conv_bias) * scale, 4), lo, hi),
 // the convolution's output never written (the derivation is at the top of the file). y is
 // batch x out_channels x (out_h / 4) x (out_w / 4). The weights are packed as for
@@ -136,10 +146,11 @@ struct GnPoolArgs {
 };
 long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
                                        int groups);
-// tf32: the convolution's products in TF32, as conv2d_implicit_launch's.
+// tf32 and engine: the convolution's, as conv2d_implicit_launch's.
 cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPoolArgs& args,
                                 float* y, int batch, int out_channels, const Conv2dGeometry& g,
-                                bool tf32, void* workspace, cudaStream_t stream);
+                                bool tf32, TensorCorePath engine, void* workspace,
+                                cudaStream_t stream);
 
 // ------------------------------------------------------------------ groupnorm.cu
 // y = group_norm(x) over an (batch, channels, plane_size) tensor with `groups` groups

@@ -29,7 +29,10 @@
 //             sequence, so loads for the next tile overlap the current one.
 //   TF32 mode (kTf32: torch allows TF32 and the operator's rule says so) One product instead
 //             of three: A rounded to nearest in the hot loop (tf32_nearest), B's big tile
-//             alone copied and multiplied. What cuDNN and cuBLAS compute then.
+//             alone copied and multiplied, the whole tile summed in the tensor cores (no
+//             partial sums). What cuDNN and cuBLAS compute then.
+// The same product on mma.sync, for GPUs without wgmma (sm_80 to sm_89): mma_sync_3xtf32.cuh,
+// which shares this file's packed B, loaders, epilogues and launch preparation.
 //
 // Layouts (PTX ISA "Asynchronous Warpgroup Level Matrix Shared Memory Layout" and "Register
 // Fragments"): in a 64-row block, warp q of a warpgroup owns rows 16q .. 16q + 15; lane
@@ -181,6 +184,23 @@ struct TileGrid {
     }
 };
 
+// The thread's 8 values of each of its rows (mb, h) for the k-block next[][] points at.
+template <int MB, class ALoader>
+__device__ __forceinline__ void fetch_kblock(const ALoader& loader,
+                                             const typename ALoader::KPtr (&next)[MB][2],
+                                             float (&raw)[MB][2][8]) {
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 8; e += 2) {
+                const float2 v = loader.fetch2(next[mb][h], e);
+                raw[mb][h][e] = v.x;
+                raw[mb][h][e + 1] = v.y;
+            }
+}
+
 template <int BN, int MB, int STAGES, int kGroup, bool kTf32, class ALoader, class Epilogue>
 __global__ void __launch_bounds__(kThreads, 1)
     tf32x3_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
@@ -303,16 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
 
     point_next();  // iteration 0
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int e = 0; e < 8; e += 2) {
-                const float2 v = loader.fetch2(next[mb][h], e);
-                raw[mb][h][e] = v.x;
-                raw[mb][h][e + 1] = v.y;
-            }
+    fetch_kblock(loader, next, raw);
     point_next();  // iteration 1
 
     // One k-block (iteration j; fresh: the first of its group): wait for its B stage, its 4
@@ -441,6 +452,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// What a launch of either engine does first: the kernel's dynamic shared-memory limit set
+// (once per device; `done` is the caller's static, one per kernel), and the grid of tiles
+// of BM rows and layout.bn columns over m_rows rows and `batch` entries. tiles = 0: nothing
+// to launch; more than 2^31 - 1 tiles: cudaErrorInvalidValue.
+template <class Kernel>
+cudaError_t prepare_launch(std::atomic<unsigned long long>& done, Kernel kernel, int smem_bytes,
+                           int m_rows, int bm, const PackedB& layout, int batch, bool b_shared,
+                           TileGrid& grid, int& tiles) {
+    tiles = 0;
+    const cudaError_t err = once_per_device(done, [&] {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem_bytes);
+    });
+    if (err != cudaSuccess) return err;
+    grid = TileGrid{(m_rows + bm - 1) / bm, layout.n_tiles, batch, b_shared};
+    const long long count = static_cast<long long>(grid.m_tiles) * grid.n_tiles * batch;
+    if (count > 0x7fffffffLL) return cudaErrorInvalidValue;
+    tiles = count > 0 ? static_cast<int>(count) : 0;
+    return cudaSuccess;
+}
+
 // kGroup: the k-blocks whose products the tensor cores sum into one partial sum before an
 // fp32 add joins it to the total (see "partial sums" at the top): 1 drains the wgmma
 // pipeline at every k-block; more drain less often, each partial sum then holding 12 kGroup
@@ -455,16 +487,12 @@ cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_
     using Cfg = Config<BN, MB, STAGES, kTf32>;
     auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, kTf32, ALoader, Epilogue>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
-    cudaError_t err = once_per_device(smem_set_on, [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    Cfg::kSmemBytes);
-    });
-    if (err != cudaSuccess) return err;
-    const TileGrid grid{(m_rows + Cfg::kBM - 1) / Cfg::kBM, layout.n_tiles, batch, b_shared};
-    const long long tiles = static_cast<long long>(grid.m_tiles) * grid.n_tiles * batch;
-    if (tiles <= 0) return cudaSuccess;
-    if (tiles > 0x7fffffffLL) return cudaErrorInvalidValue;
-    const int ctas = static_cast<int>(tiles < sm_count() ? tiles : sm_count());
+    TileGrid grid;
+    int tiles = 0;
+    const cudaError_t err = prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows, Cfg::kBM,
+                                           layout, batch, b_shared, grid, tiles);
+    if (err != cudaSuccess || tiles == 0) return err;
+    const int ctas = tiles < sm_count() ? tiles : sm_count();
     kernel<<<ctas, kThreads, Cfg::kSmemBytes, stream>>>(loader, epilogue, packed, layout, grid);
     return cudaGetLastError();
 }

@@ -21,6 +21,12 @@ from .ops import (
     min_add_mul,
     scale,
 )
+from .tensor_cores import (
+    get_tensor_core_path,
+    set_tensor_core_path,
+    tensor_core_engine,
+    tensor_core_path,
+)
 from .versions import (
     CONV2D_ALGORITHMS,
     DEFAULT_CONV2D_ALGORITHM,
@@ -35,6 +41,7 @@ from .versions import (
     IM2COL_GEMM_VERSIONS,
     IM2COL_VERSIONS,
     MAX_POOL2D_VERSIONS,
+    TENSOR_CORE_PATHS,
 )
 
 __version__ = "0.2.0"
@@ -66,6 +73,7 @@ __all__ = [
     "IM2COL_GEMM_VERSIONS",
     "IM2COL_VERSIONS",
     "MAX_POOL2D_VERSIONS",
+    "TENSOR_CORE_PATHS",
     "clamp",
     "conv2d",
     "conv2d_group_norm_pool_clamp",
@@ -78,6 +86,10 @@ __all__ = [
     "max_pool2d_clamp",
     "min_add_mul",
     "scale",
+    "get_tensor_core_path",
+    "set_tensor_core_path",
+    "tensor_core_engine",
+    "tensor_core_path",
     "is_available",
     "load",
     "why_unavailable",

@@ -12,7 +12,7 @@ regular install packs into ``scratchops/_cuda`` (setup.py's build step).
 
 Environment:
   TORCH_CUDA_ARCH_LIST     architectures to build for, e.g. "9.0" (default: the GPUs present);
-                           9.0 is built as sm_90a, whose wgmma the tensor-core kernels need
+                           9.0 is built as sm_90a, for the wgmma tensor-core engine
   SCRATCHOPS_BUILD_DIR     where the build lives (default ~/.cache/scratchops/<tag>)
   SCRATCHOPS_VERBOSE_BUILD=1   show the compiler's output
 """
@@ -74,8 +74,8 @@ def why_unavailable() -> str | None:
 
 def architectures() -> list[str]:
     """Compute capabilities to build for, as '80', '90a', ...: TORCH_CUDA_ARCH_LIST or the
-    GPUs present. 9.0 becomes 90a: the tensor-core kernels use sm_90a's wgmma and setmaxnreg
-    (their code exists only in an sm_90a build)."""
+    GPUs present. 9.0 becomes 90a: the wgmma tensor-core engine uses sm_90a's wgmma and
+    setmaxnreg (its code exists only in an sm_90a build; the mma.sync engine runs on sm_80+)."""
     listed = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if listed:
         names = listed.replace(";", " ").replace("+PTX", "").split()
@@ -84,12 +84,6 @@ def architectures() -> list[str]:
                         for i in range(torch.cuda.device_count())})
     return sorted({name.replace(".", "").rstrip("a") + ("a" if name.startswith("9.0") else "")
                    for name in names})
-
-
-def tensor_core_kernels_available(device: torch.device) -> bool:
-    """True when the 3xTF32 tensor-core kernels run on `device` (an sm_90 GPU: H100, H200).
-    They are built for it, as sm_90a, whenever such a GPU is the build's target."""
-    return torch.cuda.get_device_capability(device) == (9, 0) and "90a" in architectures()
 
 
 def build_directory() -> Path:
@@ -154,6 +148,11 @@ def _load():
         )
         _ops = torch.ops.scratchops_cuda
         return _ops
+
+
+def loaded() -> bool:
+    """Whether the extension is loaded (without loading it)."""
+    return _ops is not None
 
 
 def load() -> None:

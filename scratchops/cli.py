@@ -44,6 +44,13 @@ def _kernel_name(text: str) -> str:
     return text
 
 
+def _tensor_core_path_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tensor-core-path", choices=scratchops.TENSOR_CORE_PATHS,
+                        default=scratchops.versions.DEFAULT_TENSOR_CORE_PATH,
+                        help="the tensor-core engine: auto (the best this GPU has), or force "
+                             "wgmma (sm_90) or mma_sync (sm_80+) (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scratchops",
@@ -70,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "use at least 20 for numbers you report)")
     run.add_argument("--seed", type=int, default=0,
                      help="seed for parameters and input (default: 0)")
+    _tensor_core_path_option(run)
     run.set_defaults(handler=cmd_run)
 
     bench_parser = commands.add_parser(
@@ -87,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"or {bench.QUICK_REPEATS} with --quick)")
     bench_parser.add_argument("--out", type=Path, default=Path("bench_out"), metavar="DIR",
                               help="output directory (default: bench_out)")
+    _tensor_core_path_option(bench_parser)
     bench_parser.set_defaults(handler=cmd_bench)
     return parser
 
@@ -108,7 +117,7 @@ def _gpu_missing(command: str) -> bool:
 def cmd_bench(args: argparse.Namespace) -> int:
     if _gpu_missing("bench"):
         return 2
-    scratchops.load()
+    scratchops.set_tensor_core_path(args.tensor_core_path)
     kernels = list(dict.fromkeys(args.kernels)) or list(bench.KERNELS)
     repeats = args.repeats or (bench.QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     return bench.run_bench(kernels, quick=args.quick, repeats=repeats, out_dir=args.out)
@@ -117,4 +126,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     if _gpu_missing("run"):
         return 2
+    scratchops.set_tensor_core_path(args.tensor_core_path)
     return main_job.run_main_job(args)

@@ -209,8 +209,9 @@ def problem_table(key: str, result: dict) -> str:
 
 
 def summary_lines(results: dict, env: dict, repeats: int) -> list[str]:
-    lines = [f"summary: {env['gpu']}, torch {env['torch']} (CUDA {env['cuda']}), median of "
-             f"{repeats} runs, L2 flushed; xN = torch ms / ModelNew ms (>1: ModelNew faster)"]
+    lines = [f"summary: {env['gpu']}, torch {env['torch']} (CUDA {env['cuda']}), tensor cores "
+             f"on {env['tensor_core_engine']}, median of {repeats} runs, L2 flushed; xN = torch "
+             f"ms / ModelNew ms (>1: ModelNew faster)"]
     for key, result in results.items():
         entries = result["implementations"]
         for ours_key, ratios in result["speedups"].items():
@@ -240,9 +241,7 @@ def run_main_job(args: argparse.Namespace) -> int:
 
     keys = PROBLEM_KEYS if args.problem == "all" else (args.problem,)
     results = {}
-    # no_grad rather than inference_mode: parameters made under inference_mode have no
-    # version counter, so ModelNew could not keep its packed weights between forwards.
-    with torch.no_grad():
+    with torch.no_grad():  # inference, as KernelBench times it
         env = environment()
         for key in keys:
             results[key] = run_problem(key, PROBLEMS[key], args, default_tf32)

@@ -118,7 +118,8 @@ def gemm(a, b, bias=None, *, version: int = DEFAULT_GEMM_VERSION):
 
     Shapes: (M, K) @ (K, N) -> (M, N); (B, M, K) @ (B, K, N) -> (B, M, N); a 2-D operand
     with a 3-D one is shared across the batch. `version` picks the kernel (GEMM_VERSIONS;
-    5, the default, is fp32-accurate on the tensor cores and needs an sm_90 GPU). Follows
+    5, the default, is fp32-accurate on the tensor cores of an sm_80+ GPU, on the engine
+    scratchops.tensor_core_path picks: wgmma on sm_90, mma.sync elsewhere). Follows
     torch's matmul TF32 switch as torch.matmul does: where it allows TF32
     (torch.backends.cuda.matmul.allow_tf32, or set_float32_matmul_precision "high" or
     "medium"), the operands are rounded to TF32 and their products summed in fp32.
@@ -140,7 +141,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     """2-D convolution as F.conv2d (groups=1).
 
     algorithm="implicit_gemm" (default): an implicit GEMM on the tensor cores, fp32-accurate
-    (3xTF32), for sm_90 GPUs (H100, H200). algorithm="im2col_gemm": im2col + gemm
+    (3xTF32), for sm_80+ GPUs (the engine: scratchops.tensor_core_path).
+    algorithm="im2col_gemm": im2col + gemm
     (`gemm_version`, IM2COL_GEMM_VERSIONS) with the column matrix built in chunks of at most
     `workspace_bytes`, on any GPU. padding may be an int, a pair, 'valid' or 'same' (stride 1,
     odd kernel span). Follows torch's cuDNN TF32 switch as F.conv2d does, by the rule of
@@ -165,7 +167,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
 def conv2d_min_add_mul(input, weight, conv_bias, constant, bias, factor, stride=1, padding=0,
                        dilation=1):
     """(torch.min(F.conv2d(input, weight, conv_bias, stride, padding, dilation), constant) +
-    bias) * factor, in one kernel on the tensor cores (P31; sm_90 GPUs). bias: one value per
+    bias) * factor, in one kernel on the tensor cores (P31; sm_80+ GPUs). bias: one value per
     output channel, (Cout,) or (Cout, 1, 1). The convolution follows torch's TF32 switch as
     conv2d does."""
     if (_direct(input, weight, conv_bias, bias) and _ints(stride, padding, dilation)
@@ -185,7 +187,7 @@ def conv2d_min_add_mul(input, weight, conv_bias, constant, bias, factor, stride=
 def conv2d_group_norm_pool_clamp(input, weight, conv_bias, num_groups, gn_weight=None,
                                  gn_bias=None, scale=None, eps=1e-5, min=0.0, max=1.0):
     """torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(input, weight, conv_bias), num_groups,
-    gn_weight, gn_bias, eps) * scale, 4), min, max) in one pass over the input (P85; sm_90
+    gn_weight, gn_bias, eps) * scale, 4), min, max) in one pass over the input (P85; sm_80+
     GPUs): the convolution's output is never written. Covers up to 64 output channels and a
     conv output of at least 4 x 4 (NotImplementedError / ValueError otherwise). The
     convolution follows torch's TF32 switch as conv2d does."""

@@ -238,5 +238,7 @@ def environment() -> dict:
         "cudnn": torch.backends.cudnn.version(),
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "scratchops": scratchops.__version__,
+        # the engine of the tensor-core kernels here (scratchops/tensor_cores.py)
+        "tensor_core_engine": scratchops.tensor_core_engine(index),
         "python": platform.python_version(),
     }

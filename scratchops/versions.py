@@ -1,7 +1,7 @@
 """The numbered kernel versions and algorithms, defined once (the kernel files' headers
 describe each; the CLI, the benchmarks, the fakes and the tests read these tables)."""
 
-# GEMM versions (cuda/gemm.cu). 5 runs on the tensor cores of an sm_90 GPU (H100, H200).
+# GEMM versions (cuda/gemm.cu). 5 runs on the tensor cores of an sm_80 or later GPU.
 GEMM_VERSIONS = {1: "naive", 2: "shared_tiles", 3: "register_tiles", 4: "pipelined",
                  5: "tensor_cores_3xtf32"}
 GEMM_TENSOR_CORE_VERSION = 5
@@ -26,6 +26,12 @@ DEFAULT_CONV2D_ALGORITHM = "implicit_gemm"
 # conv2d's im2col path builds its column matrix in chunks of at most this many bytes (P31 at
 # full size would need a 4.7 GB column matrix in one piece).
 DEFAULT_CONV_WORKSPACE_BYTES = 256 * 2**20
+
+# The engines of the tensor-core operators (scratchops/tensor_cores.py): "auto" picks wgmma on an
+# sm_90 GPU and mma_sync on other sm_80+ GPUs; the other two force one. (binding.cpp takes these
+# names; tests/test_library.py holds the two lists equal.)
+TENSOR_CORE_PATHS = ("auto", "wgmma", "mma_sync")
+DEFAULT_TENSOR_CORE_PATH = "auto"
 
 # When torch allows TF32 for convolutions (torch.backends.cudnn.allow_tf32, or
 # torch.backends.cudnn.conv.fp32_precision = "tf32"), cuDNN still computes some shapes in fp32:

@@ -2,7 +2,8 @@
 many fresh random draws of each shape the tests use (the tests draw once per run, so a
 shape near the 4x rule fails now and then; this shows the distribution).
 
-    python3 scripts/accuracy_probe.py [draws]      (default 40; needs an sm_90 GPU)
+    python3 scripts/accuracy_probe.py [draws [engine]]
+        (default 40 draws, engine "auto": scratchops.set_tensor_core_path's names; sm_80+ GPU)
 
 Per shape: the ratio max|ours - float64| / max(max|torch fp32 - float64|, 1 ulp of the
 largest output), as tests/test_tensor_cores.py's assert_fp32_accurate counts it, on inputs
@@ -21,8 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_tensor_cores import CONV_CASES, conv_inputs, error_floor, max_err  # noqa: E402
 
 
-def main(draws: str = "40") -> int:
+def main(draws: str = "40", engine: str = "auto") -> int:
     n = int(draws)
+    scratchops.set_tensor_core_path(engine)
+    print(f"engine: {scratchops.tensor_core_engine()}")
     for x_shape, w_shape, stride, padding, dilation in CONV_CASES:
         ratios = []
         for _ in range(n):

@@ -53,7 +53,7 @@ for step in "${STEPS[@]}"; do
     racecheck) run_step racecheck 600 $SANITIZE --tool racecheck $PY scripts/sanitize_driver.py ;;
     run) run_step run 900 $PY -m scratchops run --json "$OUT/run.json" ${RUN_ARGS:-} ;;
     bench) run_step bench 900 $PY -m scratchops bench ${BENCH_ARGS---quick} --out "$OUT/bench" ;;
-    accuracy) run_step accuracy 300 $PY scripts/accuracy_probe.py ;;
+    accuracy) run_step accuracy 300 sh -c "$PY scripts/accuracy_probe.py 40 auto && $PY scripts/accuracy_probe.py 40 mma_sync" ;;
     *) echo "unknown step: $step"; exit 2 ;;
     esac
 done

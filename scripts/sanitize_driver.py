@@ -31,8 +31,31 @@ def r(*shape):
     return torch.rand(shape, device="cuda") * 2 - 1
 
 
+def tensor_core_kernels(engine):
+    """gemm v5, the implicit-GEMM conv2d, P31 in one kernel and P85 in one pass."""
+    for m, n, k in [(1, 1, 1), (33, 65, 17), (130, 129, 9), (64, 200, 72)]:
+        a, b, bias = r(m, k), r(k, n), r(m)
+        check(f"{engine} gemm v5 {m}x{n}x{k}", scratchops.gemm(a, b, bias, version=5),
+              a @ b + bias[:, None])
+    a, b = r(3, 5, 7), r(3, 7, 9)
+    check(f"{engine} gemm v5 batched", scratchops.gemm(a, b, version=5), a @ b)
+    x, w, bias = r(3, 3, 11, 9), r(70, 3, 3, 2), r(70)
+    check(f"{engine} conv2d implicit", scratchops.conv2d(x, w, bias, 2, 1, (1, 2)),
+          F.conv2d(x, w, bias, 2, 1, (1, 2)))
+    b2 = r(70)
+    check(f"{engine} conv2d_min_add_mul", scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
+          (torch.clamp_max(F.conv2d(x, w, bias), 0.1) + b2[:, None, None]) * 2.0)
+    x, w, bias, g, b, s = r(2, 5, 14, 13), r(12, 5, 3, 3), r(12), r(12), r(12), r(12)
+    check(f"{engine} conv2d_group_norm_pool_clamp",
+          scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5),
+          torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
+                                   s[:, None, None], 4), -0.5, 0.5))
+
+
 def main():
     for version in scratchops.GEMM_VERSIONS:
+        if version == scratchops.versions.GEMM_TENSOR_CORE_VERSION:
+            continue  # on each engine below
         for m, n, k in [(1, 1, 1), (33, 65, 17), (130, 129, 9), (64, 200, 72)]:
             a, b, bias = r(m, k), r(k, n), r(m)
             check(f"gemm v{version} {m}x{n}x{k}", scratchops.gemm(a, b, bias, version=version),
@@ -47,18 +70,11 @@ def main():
                   scratchops.conv2d(x, w, bias, 2, 1, (1, 2), algorithm="im2col_gemm",
                                     workspace_bytes=ws, gemm_version=version),
                   F.conv2d(x, w, bias, 2, 1, (1, 2)))
-    # The tensor-core kernels (sm_90): implicit-GEMM conv2d, P31 in one kernel, P85 in one pass.
-    x, w, bias = r(3, 3, 11, 9), r(70, 3, 3, 2), r(70)
-    check("conv2d implicit", scratchops.conv2d(x, w, bias, 2, 1, (1, 2)),
-          F.conv2d(x, w, bias, 2, 1, (1, 2)))
-    b2 = r(70)
-    check("conv2d_min_add_mul", scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
-          (torch.clamp_max(F.conv2d(x, w, bias), 0.1) + b2[:, None, None]) * 2.0)
-    x, w, bias, g, b, s = r(2, 5, 14, 13), r(12, 5, 3, 3), r(12), r(12), r(12), r(12)
-    check("conv2d_group_norm_pool_clamp",
-          scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5),
-          torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
-                                   s[:, None, None], 4), -0.5, 0.5))
+    # The tensor-core kernels on every engine this GPU has (scratchops/tensor_cores.py).
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    for engine in (["wgmma", "mma_sync"] if hopper else ["mma_sync"]):
+        with scratchops.tensor_core_path(engine):
+            tensor_core_kernels(engine)
     x = r(2, 3, 9, 7)
     for version in scratchops.IM2COL_VERSIONS:
         check(f"im2col v{version}", scratchops.im2col(x, (3, 2), 1, 1, 2, version=version),

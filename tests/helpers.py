@@ -11,8 +11,13 @@ HAS_GPU = torch.cuda.is_available()
 NO_GPU_REASON = "needs a CUDA GPU (none here); scripts/gpu_check.sh runs these on one"
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason=NO_GPU_REASON)
 HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+# The tensor-core operators run on sm_80 and later GPUs, on each engine the GPU has
+# (scratchops/tensor_cores.py): an sm_90 GPU tests both.
+TENSOR_CORES = HAS_GPU and torch.cuda.get_device_capability() >= (8, 0)
+ENGINES = ["wgmma", "mma_sync"] if HOPPER else ["mma_sync"] if TENSOR_CORES else []
+NO_TENSOR_CORES_REASON = "needs an sm_80 or later GPU; scripts/gpu_check.sh runs these on one"
 
-# What runs on the tensor cores of an sm_90 GPU only: these operators and ModelNew variants.
+# What runs on the tensor cores only: these operators and ModelNew variants.
 TENSOR_CORE_OPERATORS = {"conv2d_group_norm_pool_clamp", "conv2d_min_add_mul"}
 TENSOR_CORE_VARIANTS = {("p85", "one_pass"), ("p85", "fused"), ("p31", "one_kernel"),
                         ("p31", "chain")}
@@ -26,13 +31,13 @@ def model_cases():
 
 def skip_unless_runnable(device="cuda", *, operator=None, case=None):
     """Skip a test on `device` where it cannot run: no GPU, or a tensor-core operator or
-    ModelNew variant on a GPU other than sm_90. Meta tensors run anywhere."""
+    ModelNew variant on a GPU before sm_80. Meta tensors run anywhere."""
     if device != "cuda":
         return
     if not HAS_GPU:
         pytest.skip(NO_GPU_REASON)
-    if not HOPPER and (operator in TENSOR_CORE_OPERATORS or case in TENSOR_CORE_VARIANTS):
-        pytest.skip("runs on the tensor cores of an sm_90 GPU")
+    if not TENSOR_CORES and (operator in TENSOR_CORE_OPERATORS or case in TENSOR_CORE_VARIANTS):
+        pytest.skip(NO_TENSOR_CORES_REASON)
 
 
 

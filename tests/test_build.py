@@ -17,7 +17,7 @@ from scratchops import _build
 
 REPO = Path(__file__).resolve().parent.parent
 CUDA_FILES = sorted((REPO / "cuda").glob("*.cu"))
-ARCHS = ("80", "90")
+ARCHS = ("80", "86", "89", "90a")  # every GPU the kernels serve: A100, RTX 30, RTX 40 / L4, H100
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here")
 

@@ -11,13 +11,14 @@ import torch
 import torch.nn.functional as F
 
 import scratchops
-from helpers import HOPPER, assert_matches, rand, requires_gpu
+from helpers import TENSOR_CORES, assert_matches, rand, requires_gpu
 from scratchops import _validate, versions
 from scratchops.problems import PROBLEMS, build_pair
 from scratchops.report import ATOL, RTOL
 
 REPO = Path(__file__).resolve().parent.parent
-requires_hopper = pytest.mark.skipif(not HOPPER, reason="the default variants need an sm_90 GPU")
+requires_tensor_cores = pytest.mark.skipif(not TENSOR_CORES,
+                                           reason="the default variants need an sm_80+ GPU")
 DEFAULTS = {"p85": "one_pass", "p31": "one_kernel"}
 
 
@@ -58,7 +59,7 @@ def _warm_pair(name, seed):
 
 
 @requires_gpu
-@requires_hopper
+@requires_tensor_cores
 @pytest.mark.parametrize("update", sorted(UPDATES))
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 def test_results_follow_weight_updates(name, update):
@@ -71,7 +72,7 @@ def test_results_follow_weight_updates(name, update):
 
 
 @requires_gpu
-@requires_hopper
+@requires_tensor_cores
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 def test_results_follow_an_optimizer_step_and_functional_call(name):
     model, new, x = _warm_pair(name, seed=2)
@@ -90,7 +91,7 @@ def test_results_follow_an_optimizer_step_and_functional_call(name):
 
 
 @requires_gpu
-@requires_hopper
+@requires_tensor_cores
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 def test_cuda_graph_replay_reads_the_weights_as_they_are(name):
     module = PROBLEMS[name]
@@ -188,7 +189,7 @@ def test_direct_path_names_a_tensor_on_another_device():
 
 
 @requires_gpu
-@requires_hopper
+@requires_tensor_cores
 @pytest.mark.parametrize("call", [
     lambda r: scratchops.conv2d(r(1, 3, 9, 9), r(5, 3, 3, 3), None, [1], "same", [1]),
     lambda r: scratchops.conv2d(r(3, 9, 9), r(5, 3, 3, 3), r(5), torch.tensor(2)),
@@ -211,7 +212,7 @@ def _tf32(on: bool):
 
 
 @requires_gpu
-@requires_hopper
+@requires_tensor_cores
 @pytest.mark.parametrize("algorithm", ["implicit_gemm", "im2col_gemm"])
 @pytest.mark.parametrize("cin,k", [(64, 3), (8, 3), (16, 3), (15, 3), (128, 1), (4, 7)])
 def test_conv2d_follows_the_tf32_switch_on_both_sides_of_the_rule(cin, k, algorithm):
@@ -241,8 +242,8 @@ def test_conv2d_follows_the_tf32_switch_on_both_sides_of_the_rule(cin, k, algori
 @requires_gpu
 @pytest.mark.parametrize("version", sorted(scratchops.GEMM_VERSIONS))
 def test_gemm_follows_the_matmul_switch(version):
-    if version == 5 and not HOPPER:
-        pytest.skip("version 5 needs an sm_90 GPU")
+    if version == 5 and not TENSOR_CORES:
+        pytest.skip("version 5 needs an sm_80+ GPU")
     a, b = rand(3, 70, 300), rand(300, 45)
     try:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -261,7 +262,7 @@ def test_gemm_follows_the_matmul_switch(version):
 
 # ---------------------------------------------------- KernelBench's protocol, its defaults
 @requires_gpu
-@requires_hopper
+@requires_tensor_cores
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 def test_kernelbench_protocol_passes_under_torch_defaults(name):
     # eval_kernel_against_ref: Model and ModelNew after one seed, fresh inputs each trial,

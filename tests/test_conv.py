@@ -105,8 +105,8 @@ def test_conv2d_kernelbench_size(kernelbench_conv, algorithm):
     x, w, b, ref32, ref64 = kernelbench_conv
     poison_next(*ref32.shape)
     if algorithm == "implicit_gemm":
-        if torch.cuda.get_device_capability() != (9, 0):
-            pytest.skip("the implicit GEMM runs on sm_90 GPUs")
+        if torch.cuda.get_device_capability() < (8, 0):
+            pytest.skip("the implicit GEMM runs on sm_80+ GPUs")
         out = scratchops.conv2d(x, w, b, algorithm="implicit_gemm")
     else:
         out = scratchops.conv2d(x, w, b, algorithm="im2col_gemm",

@@ -41,7 +41,10 @@ def test_binding_implements_each_schema_with_its_types():
 
     cuda = _build.ops()
     names = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names()
-             if n.startswith("scratchops_cuda::")} - {"register_public_kernels"}
+             if n.startswith("scratchops_cuda::")} - {"register_public_kernels",
+                                                     "set_tensor_core_path",
+                                                     "get_tensor_core_path",
+                                                     "tensor_core_engine"}
     assert names == set(_library.SCHEMAS)
     for name in _library.SCHEMAS:
         assert types(getattr(cuda, name)) == types(getattr(torch.ops.scratchops, name)), name
@@ -98,3 +101,26 @@ def test_model_new_traces_on_fake_cuda_tensors(name, label):
     with mode, torch.no_grad():
         y, ref = model_new(x), model(x)
     assert y.device.type == "cuda" and y.shape == ref.shape
+
+
+def test_binding_takes_the_tensor_core_paths_of_versions_py():
+    binding = (REPO / "scratchops" / "csrc" / "binding.cpp").read_text()
+    table = re.search(r"kPathNames\[\] = \{(.*?)\};", binding, re.S).group(1)
+    assert tuple(re.findall(r'\{"(\w+)"', table)) == scratchops.TENSOR_CORE_PATHS
+    assert scratchops.get_tensor_core_path() == "auto"  # the default, without loading anything
+    with pytest.raises(ValueError, match="one of"):
+        scratchops.set_tensor_core_path("tensor_cores")
+
+
+@requires_gpu
+def test_a_forced_tensor_core_path_holds_and_is_restored():
+    for path in scratchops.TENSOR_CORE_PATHS:
+        with scratchops.tensor_core_path(path):
+            assert scratchops.get_tensor_core_path() == path
+        assert scratchops.get_tensor_core_path() == "auto"
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    with scratchops.tensor_core_path("mma_sync"):
+        assert scratchops.tensor_core_engine() == "mma_sync"
+    assert scratchops.tensor_core_engine() == ("wgmma" if hopper else "mma_sync")
+    with pytest.raises(ValueError, match="one of"):  # binding.cpp's own check
+        _build.ops().set_tensor_core_path("tensor_cores")

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from helpers import (HAS_GPU, HOPPER, TENSOR_CORE_VARIANTS, assert_matches, model_cases,
+from helpers import (HAS_GPU, TENSOR_CORE_VARIANTS, TENSOR_CORES, assert_matches, model_cases,
                      requires_gpu, skip_unless_runnable)
 from scratchops.problems import PROBLEMS, build_pair
 
@@ -37,7 +37,7 @@ def test_model_new_matches_model(kernelbench_input, label):
     name, x = kernelbench_input
     module = PROBLEMS[name]
     for variant in module.VARIANTS:
-        if (name, variant) in TENSOR_CORE_VARIANTS and not HOPPER:
+        if (name, variant) in TENSOR_CORE_VARIANTS and not TENSOR_CORES:
             continue
         model, model_new = build_pair(module, variant, seed=7, load_state=False)
         if label == "state_dict":
@@ -93,8 +93,8 @@ def test_model_new_without_gpu_says_why():
                                                   ((6, 9), 4, 64, True)])
 def test_p85_one_pass_rule_both_sides(hw, pool, cout, covered):
     # One pass where the rule says so, the fused chain elsewhere: both match Model.
-    if not HOPPER:
-        pytest.skip("the one-pass variant runs on the tensor cores of an sm_90 GPU")
+    if not TENSOR_CORES:
+        pytest.skip("the one-pass variant runs on the tensor cores of an sm_80+ GPU")
     module = PROBLEMS["p85"]
     init = [8, cout, 3, 16 if cout % 16 == 0 else 8, (cout, 1, 1), pool, -0.3, 0.8]
     model, model_new = build_pair(module, "one_pass", seed=2, init=init)

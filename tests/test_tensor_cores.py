@@ -1,5 +1,6 @@
-"""The tensor-core kernels (sm_90): gemm v5, the implicit-GEMM conv2d and the fused P31 and
-P85 operators, against torch fp32 (TF32 off) and float64.
+"""The tensor-core kernels (sm_80+): gemm v5, the implicit-GEMM conv2d and the fused P31 and
+P85 operators, against torch fp32 (TF32 off) and float64, on every engine the GPU has (an
+sm_90 GPU runs each test on wgmma and again on mma.sync: the `engine` fixture).
 
 Accuracy rule (KernelBench's): allclose(atol = rtol = 1e-4) against torch fp32, and the error
 against float64 within 4x of torch fp32's own.
@@ -13,10 +14,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import scratchops
-from helpers import ATOL, HOPPER, RTOL, assert_matches, poison_next, rand
+from helpers import (ATOL, ENGINES, NO_TENSOR_CORES_REASON, RTOL, TENSOR_CORE_VARIANTS,
+                     TENSOR_CORES, assert_matches, poison_next, rand)
+from scratchops.problems import PROBLEMS, build_pair
 
-pytestmark = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (H100/H200); "
-                                                    "scripts/gpu_check.sh runs these on one")
+pytestmark = pytest.mark.skipif(not TENSOR_CORES, reason=NO_TENSOR_CORES_REASON)
+
+
+@pytest.fixture(autouse=True, params=ENGINES or ["none"])
+def engine(request):
+    """Every test here once on each tensor-core engine the GPU has, forced."""
+    if not ENGINES:
+        pytest.skip(NO_TENSOR_CORES_REASON)
+    with scratchops.tensor_core_path(request.param):
+        assert scratchops.tensor_core_engine() == request.param
+        yield request.param
 
 
 def max_err(out, ref64):
@@ -228,3 +240,37 @@ def test_conv2d_group_norm_pool_clamp_nan_input():
     with torch.no_grad():
         torch.testing.assert_close(one_pass(m, x, 0.0, 1.0), m(x), atol=ATOL, rtol=RTOL,
                                    equal_nan=True)
+
+
+# ------------------------------------------------------------- TF32 and the ModelNews
+def test_tf32_mode_matches_torch_under_the_switch():
+    # P31's layer (Cin * 9 >= the TF32 rule's 128): with TF32 allowed, one TF32 product as
+    # cuDNN computes, on either engine; TF32's error is far above fp32's.
+    x, w, b = rand(2, 64, 21, 19, low=0.0), rand(72, 64, 3, 3) / 24, rand(72)
+    bias2 = rand(72, 1, 1)
+    ref64 = F.conv2d(x.double(), w.double(), b.double())
+    fp32 = scratchops.conv2d(x, w, b)
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        ours, theirs = scratchops.conv2d(x, w, b), F.conv2d(x, w, b)
+        fused = scratchops.conv2d_min_add_mul(x, w, b, 0.5, bias2, 2.0)
+    finally:
+        torch.backends.cudnn.allow_tf32 = False
+    assert max_err(ours, ref64) > 20 * max_err(fp32, ref64)
+    torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(fused, (torch.clamp(theirs, max=0.5) + bias2) * 2.0, atol=ATOL,
+                               rtol=RTOL)
+
+
+@pytest.mark.parametrize("name,variant", sorted(TENSOR_CORE_VARIANTS))
+def test_model_new_tensor_core_variants_at_kernelbench_size(name, variant):
+    module = PROBLEMS[name]
+    model, model_new = build_pair(module, variant, seed=5)
+    torch.manual_seed(6)
+    x = module.get_inputs()[0].cuda()
+    with torch.no_grad():
+        ref32 = model(x)
+        ref64 = copy.deepcopy(model).double()(x.double())
+        poison_next(*ref32.shape)
+        out = model_new(x)
+    assert_matches(out, ref32, ref64)

@@ -28,9 +28,12 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "launchers.h"
@@ -96,15 +99,78 @@ void check_choice(int64_t value, int64_t last, const char* name) {
     SCRATCHOPS_ARG(value >= 1 && value <= last, name, " is not one of the operator's versions");
 }
 
-void check_tensor_cores(const Tensor& t, const char* what) {
+// ---------------------------------------------------------- the tensor-core engine
+// Which engine the tensor-core kernels run on (launchers.h: TensorCorePath): by default the
+// best the device has, wgmma on an sm_90 GPU and mma.sync on any other sm_80+ GPU; or the one
+// scratchops.set_tensor_core_path forced (so that an H100 can test both). Read at each call,
+// like torch's TF32 switches. The names are scratchops/versions.py's TENSOR_CORE_PATHS.
+constexpr int kAutoPath = -1;
+std::atomic<int> forced_path{kAutoPath};  // kAutoPath or a TensorCorePath
+struct PathName {
+    const char* name;
+    int path;
+};
+constexpr PathName kPathNames[] = {{"auto", kAutoPath},
+                                   {"wgmma", static_cast<int>(TensorCorePath::kWgmma)},
+                                   {"mma_sync", static_cast<int>(TensorCorePath::kMmaSync)}};
+
+void set_tensor_core_path(const std::string& name) {
+    for (const PathName& p : kPathNames)
+        if (name == p.name) {
+            forced_path.store(p.path, std::memory_order_relaxed);
+            return;
+        }
+    SCRATCHOPS_ARG(false, "the tensor-core path must be one of auto, wgmma, mma_sync");
+}
+
+std::string get_tensor_core_path() {
+    const int path = forced_path.load(std::memory_order_relaxed);
+    for (const PathName& p : kPathNames)
+        if (p.path == path) return p.name;
+    return "auto";
+}
+
+struct Capability {
     int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, t.device().index());
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, t.device().index());
+    explicit Capability(int device) {
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    }
+    bool hopper() const { return major == 9 && minor == 0; }  // wgmma (sm_90a)
+    bool tensor_cores() const { return major >= 8; }          // mma.sync's TF32
+};
+
+// The engine the tensor-core kernels run on for tensors on `device` under the current
+// setting, or none when it has none.
+std::optional<TensorCorePath> engine_for(int device) {
+    const Capability cap(device);
+    const int forced = forced_path.load(std::memory_order_relaxed);
+    if (!cap.tensor_cores()) return std::nullopt;
+    if (forced == static_cast<int>(TensorCorePath::kWgmma) && !cap.hopper()) return std::nullopt;
+    if (forced != kAutoPath) return static_cast<TensorCorePath>(forced);
+    return cap.hopper() ? TensorCorePath::kWgmma : TensorCorePath::kMmaSync;
+}
+
+// The engine `what` runs on for t's device; refuses a device it cannot run on.
+TensorCorePath tensor_core_engine(const Tensor& t, const char* what) {
+    const std::optional<TensorCorePath> engine = engine_for(t.device().index());
+    if (engine.has_value()) return *engine;
+    const Capability cap(t.device().index());
     char found[32];
-    std::snprintf(found, sizeof found, "sm_%d%d", major, minor);
-    TORCH_CHECK(major == 9 && minor == 0, "scratchops: ", what, " runs on the tensor cores of an "
-                "sm_90 GPU (H100, H200); this GPU is ", found,
+    std::snprintf(found, sizeof found, "sm_%d%d", cap.major, cap.minor);
+    TORCH_CHECK(cap.tensor_cores(), "scratchops: ", what, " runs on the tensor cores of an sm_80 "
+                "or later GPU; this GPU is ", found,
                 " (conv2d: use algorithm='im2col_gemm'; gemm: version 1-4)");
+    TORCH_CHECK(false, "scratchops: the tensor-core path 'wgmma' (set by "
+                "scratchops.set_tensor_core_path) needs an sm_90 GPU (H100, H200); this GPU is ",
+                found);
+}
+
+// For scratchops run's labels: the engine a tensor-core call on `device` would use.
+std::string tensor_core_engine_name(int64_t device) {
+    const std::optional<TensorCorePath> engine = engine_for(static_cast<int>(device));
+    if (!engine.has_value()) return "none";
+    return *engine == TensorCorePath::kWgmma ? "wgmma" : "mma_sync";
 }
 
 // A workspace of `bytes` for one call, from torch's caching allocator on the current device
@@ -192,7 +258,8 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias, int64_
                   b.dim() == 3 ? K * N : 0, M * N, batch, matmul_tf32_allowed()};
     return launch_into(a, shape, "gemm", [&](float* c, cudaStream_t s) {
         args.C = c;
-        if (version == kGemmTensorCoreVersion && K > 0) check_tensor_cores(a, "gemm version 5");
+        if (version == kGemmTensorCoreVersion && K > 0)
+            args.engine = tensor_core_engine(a, "gemm version 5");
         const long long bytes = gemm_workspace_bytes(i32(version), args, kGemmWorkspaceBudget);
         const at::DataPtr ws = workspace(bytes);
         return gemm_launch(i32(version), args, ws.get(), bytes, s);
@@ -222,16 +289,21 @@ Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
             conv_tf32_allowed() && conv2d_uses_tf32(g)};
 }
 
-// The weights packed for the tensor cores now, in a workspace of this call: packing every
-// call costs one small kernel and keeps no copy that could outlive the weights.
-at::DataPtr packed_weights(const Tensor& w, const Conv2dGeometry& g) {
-    check_tensor_cores(w, "this convolution");
+// The weights packed for the tensor cores now, in a workspace of this call (packing every
+// call costs one small kernel and keeps no copy that could outlive the weights), and the
+// engine that multiplies them.
+struct PackedWeights {
+    at::DataPtr packed;
+    TensorCorePath engine;
+};
+PackedWeights packed_weights(const Tensor& w, const Conv2dGeometry& g) {
+    const TensorCorePath engine = tensor_core_engine(w, "this convolution");
     at::DataPtr packed = workspace(conv2d_implicit_packed_bytes(g, i32(w.size(0))));
     const cudaError_t err = conv2d_implicit_pack(
         w.data_ptr<float>(), i32(w.size(0)), g, packed.get(),
         c10::cuda::getCurrentCUDAStream(w.device().index()).stream());
     TORCH_CHECK(err == cudaSuccess, "scratchops: weight packing failed: ", cudaGetErrorString(err));
-    return packed;
+    return {std::move(packed), engine};
 }
 
 // algorithm 0: im2col + gemm in a bounded workspace; 1: implicit GEMM on the tensor cores.
@@ -243,11 +315,12 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     SCRATCHOPS_ARG(workspace_bytes > 0, "workspace_bytes must be positive");
     check_choice(gemm_version, kGemmTensorCoreVersion - 1, "gemm_version");  // CUDA-core ones
     return launch_into(x, c.shape, "conv2d", [&](float* y, cudaStream_t s) {
-        if (algorithm == 1)
-            return conv2d_implicit_launch(c.x, packed_weights(weight, c.g).get(), c.bias, y,
-                                          c.batch, c.cout, c.g,
+        if (algorithm == 1) {
+            const PackedWeights w = packed_weights(weight, c.g);
+            return conv2d_implicit_launch(c.x, w.packed.get(), c.bias, y, c.batch, c.cout, c.g,
                                           ConvTail{ConvTail::kNone, 0.0f, nullptr, 1.0f}, c.tf32,
-                                          s);
+                                          w.engine, s);
+        }
         const long long floats =
             conv2d_im2col_workspace_floats(c.batch, c.cout, c.g, workspace_bytes, c.tf32);
         const at::DataPtr cols = workspace(floats * static_cast<long long>(sizeof(float)));
@@ -265,8 +338,9 @@ Tensor conv2d_min_add_mul_cuda(const Tensor& x, const Tensor& weight, const OptT
     const ConvTail tail{ConvTail::kMinAddMul, f32(constant),
                         per_channel(bias, x, "bias", c.cout, 4), f32(factor)};
     return launch_into(x, c.shape, "conv2d_min_add_mul", [&](float* y, cudaStream_t s) {
-        return conv2d_implicit_launch(c.x, packed_weights(weight, c.g).get(), c.bias, y,
-                                      c.batch, c.cout, c.g, tail, c.tf32, s);
+        const PackedWeights w = packed_weights(weight, c.g);
+        return conv2d_implicit_launch(c.x, w.packed.get(), c.bias, y, c.batch, c.cout, c.g, tail,
+                                      c.tf32, w.engine, s);
     });
 }
 
@@ -295,11 +369,11 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
                    "the convolution output is smaller than the pooling window");
     return launch_into(x, {x.size(0), c.cout, c.g.out_h / kOnePassPool, c.g.out_w / kOnePassPool},
                        "conv2d_group_norm_pool_clamp", [&](float* y, cudaStream_t s) {
-        const at::DataPtr packed = packed_weights(weight, c.g);
+        const PackedWeights w = packed_weights(weight, c.g);
         const at::DataPtr ws =
             workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups));
-        return conv_gn_pool_launch(c.x, packed.get(), a, y, c.batch, c.cout, c.g, c.tf32,
-                                   ws.get(), s);
+        return conv_gn_pool_launch(c.x, w.packed.get(), a, y, c.batch, c.cout, c.g, c.tf32,
+                                   w.engine, ws.get(), s);
     });
 }
 
@@ -413,6 +487,9 @@ TORCH_LIBRARY(scratchops_cuda, m) {
         m.def(name, torch::dispatch(c10::DispatchKey::CUDA, implementation));
     });
     m.def("register_public_kernels", &register_public_kernels);
+    m.def("set_tensor_core_path", &set_tensor_core_path);
+    m.def("get_tensor_core_path", &get_tensor_core_path);
+    m.def("tensor_core_engine", &tensor_core_engine_name);
 }
 
 }  // namespace scratchops

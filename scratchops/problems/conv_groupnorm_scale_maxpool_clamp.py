@@ -42,7 +42,7 @@ class ModelNew(Model):
     so one seed builds equal models.
 
     variant="one_pass" (default): conv2d_group_norm_pool_clamp, one pass over the input on the
-        tensor cores (sm_90 GPUs): the convolution's epilogue writes group statistics and
+        tensor cores (sm_80+ GPUs): the convolution's epilogue writes group statistics and
         pooling-window extremes instead of its output, and a finalize kernel writes the
         result; three kernels per forward with the weights' packing (every call: nothing
         is kept between forwards).
@@ -50,7 +50,7 @@ class ModelNew(Model):
         convolution has at most 64 output channels and its output is at least 4 x 4;
         otherwise this variant runs the "fused" chain.
     variant="fused": conv2d (implicit GEMM, tensor cores) -> group_norm_scale ->
-        max_pool2d_clamp, three stages. sm_90 GPUs.
+        max_pool2d_clamp, three stages. sm_80+ GPUs.
     variant="unfused": every op on its own, conv2d (im2col + gemm, default gemm_version) ->
         group_norm -> scale -> max_pool2d -> clamp: the educational chain, any GPU.
     """

@@ -40,8 +40,8 @@ class ModelNew(Model):
         (fp32-accurate 3xTF32, or TF32 where torch's switch and rule say so) with min,
         + bias and * factor in its store: one kernel per forward, after the weights are
         packed for it (a small kernel, every call: nothing is kept between forwards).
-        sm_90 GPUs.
-    variant="chain": conv2d (implicit GEMM, tensor cores) -> min_add_mul. sm_90 GPUs.
+        sm_80+ GPUs.
+    variant="chain": conv2d (implicit GEMM, tensor cores) -> min_add_mul. sm_80+ GPUs.
     variant="im2col": conv2d as im2col + gemm (default gemm_version, CUDA cores) ->
         min_add_mul: the educational chain, any GPU.
     """

@@ -1,0 +1,29 @@
+// tensor_core_launch.cuh — one tensor-core product on the engine a call names (launchers.h:
+// TensorCorePath): Hopper's wgmma engine (tf32x3.cuh) or the mma.sync one for every sm_80+
+// GPU (mma_sync_3xtf32.cuh). Both take the same loader, epilogue and packed B, so the kernel
+// files choose an engine with one argument.
+#pragma once
+
+#include <cstdint>
+
+#include "launchers.h"
+#include "mma_sync_3xtf32.cuh"
+#include "tf32x3.cuh"
+
+namespace scratchops {
+
+// tf32x3::launch's arguments; STAGES is the wgmma engine's ring depth (mma.sync's is its own).
+template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class ALoader,
+          class Epilogue>
+cudaError_t tensor_core_launch(TensorCorePath engine, const ALoader& loader,
+                               const Epilogue& epilogue, const uint8_t* packed,
+                               const tf32x3::PackedB& layout, int m_rows, int batch,
+                               bool b_shared, cudaStream_t stream) {
+    if (engine == TensorCorePath::kMmaSync)
+        return mma_sync::launch<BN, MB, kGroup, kTf32>(loader, epilogue, packed, layout, m_rows,
+                                                       batch, b_shared, stream);
+    return tf32x3::launch<BN, MB, STAGES, kGroup, kTf32>(loader, epilogue, packed, layout,
+                                                         m_rows, batch, b_shared, stream);
+}
+
+}  // namespace scratchops
