@@ -1,5 +1,5 @@
 """`python -m scratchops`: the same command line as the `scratchops` console script."""
 
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch.nn.functional as F
 
 import scratchops
-from scratchops.timing import tf32_disabled
+from scratchops.tools.timing import tf32_disabled
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_tensor_cores import CONV_CASES, conv_inputs, error_floor, max_err  # noqa: E402

@@ -14,7 +14,7 @@ import sys
 import torch
 
 from scratchops.problems import PROBLEMS, build_pair
-from scratchops.timing import tf32_disabled
+from scratchops.tools.timing import tf32_disabled
 
 
 def main(problem: str = "p85", variant: str | None = None, calls: str = "3",

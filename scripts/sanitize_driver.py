@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 import scratchops
 from scratchops.problems import PROBLEMS, build_pair
-from scratchops.report import ATOL, RTOL
-from scratchops.timing import tf32_disabled
+from scratchops.tools.report import ATOL, RTOL
+from scratchops.tools.timing import tf32_disabled
 
 failures = []
 

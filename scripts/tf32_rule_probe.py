@@ -30,7 +30,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from scratchops.report import ATOL, RTOL
+from scratchops.tools.report import ATOL, RTOL
 from scratchops.versions import conv2d_uses_tf32
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from scratchops.timing import tf32_disabled
+from scratchops.tools.timing import tf32_disabled
 
 
 @pytest.fixture(autouse=True, scope="session")

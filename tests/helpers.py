@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from scratchops.report import ATOL, RTOL  # KernelBench's tolerance, defined once
+from scratchops.tools.report import ATOL, RTOL  # KernelBench's tolerance, defined once
 
 HAS_GPU = torch.cuda.is_available()
 NO_GPU_REASON = "needs a CUDA GPU (none here); scripts/gpu_check.sh runs these on one"

@@ -14,7 +14,7 @@ import scratchops
 from helpers import TENSOR_CORES, assert_matches, rand, requires_gpu
 from scratchops import _validate, versions
 from scratchops.problems import PROBLEMS, build_pair
-from scratchops.report import ATOL, RTOL
+from scratchops.tools.report import ATOL, RTOL
 
 REPO = Path(__file__).resolve().parent.parent
 requires_tensor_cores = pytest.mark.skipif(not TENSOR_CORES,

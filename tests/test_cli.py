@@ -1,5 +1,5 @@
-"""The command line (scratchops.cli), the sweep plan (scratchops.workloads), the reporting
-helpers (scratchops.report) and the timing helpers.
+"""The command line (scratchops.tools.cli), the sweep plan (scratchops.tools.workloads), the reporting
+helpers (scratchops.tools.report) and the timing helpers.
 
 Everything but the last test runs on a CPU: argument errors, the one-line no-GPU message
 (real on a machine without a usable GPU, nothing is faked), the bench plan, the pure helpers.
@@ -17,8 +17,8 @@ import torch
 
 import scratchops
 from helpers import requires_gpu
-from scratchops import cli, report, workloads
-from scratchops.timing import Timing, tf32_disabled, time_cuda
+from scratchops.tools import cli, report, workloads
+from scratchops.tools.timing import Timing, tf32_disabled, time_cuda
 
 REPO = Path(__file__).resolve().parent.parent
 NO_GPU_REASON = scratchops.why_unavailable()

@@ -1,6 +1,7 @@
-"""The package's shape (issue 8's measures), on any machine: no import circle inside
-scratchops, no module too long to read in one sitting, and KernelBench's tolerance written
-once, so that the tolerance a report prints is the one it used."""
+"""The package's shape, on any machine: no import circle inside scratchops, the operators apart
+from the tools (scratchops.tools imports the library, never the other way), no module too long
+to read in one sitting, and KernelBench's tolerance written once, so that the tolerance a
+report prints is the one it used."""
 
 import ast
 import re
@@ -62,6 +63,15 @@ def test_no_import_circle_in_the_package():
         assert circle is None, " -> ".join(circle)
 
 
+def test_the_operators_do_not_import_the_tools():
+    known = modules()
+    for name, path in known.items():
+        if name.startswith("scratchops.tools") or name == "scratchops.__main__":
+            continue  # (__main__ is the command line's entry point)
+        uses = {m for m in imported_modules(name, path, known) if m.startswith("scratchops.tools")}
+        assert not uses, (name, uses)
+
+
 def test_no_module_over_the_length_limit():
     lengths = {path.relative_to(PACKAGE.parent).as_posix(): len(path.read_text().splitlines())
                for path in modules().values()}
@@ -74,4 +84,4 @@ def test_the_tolerance_is_written_once():
              for path in sorted(PACKAGE.rglob("*.py"))
              for i, line in enumerate(path.read_text().splitlines(), 1)
              if re.search(r"1e-0?4\b|0\.0001\b", line)]
-    assert len(sites) == 1 and sites[0].startswith("scratchops/report.py:"), sites
+    assert len(sites) == 1 and sites[0].startswith("scratchops/tools/report.py:"), sites

@@ -3,7 +3,7 @@
   scratchops run     the two KernelBench problems: each ModelNew variant checked against
                      torch (fp32 and float64) and timed beside torch eager and torch.compile
   scratchops bench   microbenchmarks of every kernel against its torch counterpart and the
-                     measured ceilings (scratchops.bench), written as JSON and PNG plots
+                     measured ceilings (scratchops.tools.bench), written as JSON and PNG plots
 
 Exit status: 0 on success, 1 when a scratchops result is not allclose to torch's, 2 for a
 usage error or when no CUDA GPU (or no nvcc) is available. The last lines printed are a

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import scratchops
 
-from .problems import PROBLEMS
+from ..problems import PROBLEMS
 from .report import dims
 
 # Names usable as `scratchops bench KERNEL ...`; each is also the scratchops function name.

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import scratchops
 
-from .problems import PROBLEMS, build_pair
+from ..problems import PROBLEMS, build_pair
 from .report import format_table
 from .timing import host_us_per_call
 

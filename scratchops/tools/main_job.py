@@ -19,7 +19,7 @@ import torch
 
 import scratchops
 
-from .problems import PROBLEMS, build_pair
+from ..problems import PROBLEMS, build_pair
 from .report import ATOL, compare, dims, envelope, first_line, fmt, format_table
 from .timing import (DEFAULT_WARMUP, environment, tf32_disabled, tf32_settings, time_cuda,
                      time_synchronized)
