@@ -105,7 +105,7 @@ cudaError_t run(const float* x, const uint8_t* packed, const float* bias, float*
     const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
     const ConvStore store{y, bias, tail, f};
     const int m = batch * g.out_h * g.out_w;
-    const tf32x3::PackedB layout = conv_tc::weight_layout(g, out_channels, BN);
+    const tc::PackedB layout = conv_tc::weight_layout(g, out_channels, BN);
     auto go = [&](auto loader) {
         return layout.num_kb >= kGroupFrom
                    ? tensor_core_launch<BN, MB, STAGES, kGroup, kTf32>(

@@ -7,12 +7,12 @@
 #pragma once
 
 #include "launchers.h"
-#include "tf32x3.cuh"
+#include "tensor_core_operands.cuh"
 
 namespace scratchops {
 namespace conv_tc {
 
-using tf32x3::TileCoords;
+using tc::TileCoords;
 
 // Absent values are read from here (stride 0) instead of being predicated one by one.
 // (Unused in a build without sm_90a, where the kernels are empty.)
@@ -71,7 +71,7 @@ struct Im2colRows {
     }
     __device__ KBlock kblock(int kb, int t) const {
         const Conv2dGeometry& g = f.g;
-        const int k0 = kb * tf32x3::kBlockK + 8 * t;
+        const int k0 = kb * tc::kBlockK + 8 * t;
         const int tap = f.by_cin_pad.div(k0), c0 = k0 - tap * f.cin_pad;
         const int r = f.by_s.div(tap), s = tap - r * g.kernel_w;
         const int dh = r * g.dil_h, dw = s * g.dil_w;
@@ -119,9 +119,9 @@ inline ConvGeometryFast fast_geometry(const Conv2dGeometry& g, int batch, int ou
 }
 
 // The packed weights for tiles of bn output channels.
-inline tf32x3::PackedB weight_layout(const Conv2dGeometry& g, int out_channels, int bn) {
+inline tc::PackedB weight_layout(const Conv2dGeometry& g, int out_channels, int bn) {
     const int k = g.kernel_h * g.kernel_w * ((g.channels + 7) / 8 * 8);
-    return tf32x3::packed_b_layout(bn, out_channels, k, 1);
+    return tc::packed_b_layout(bn, out_channels, k, 1);
 }
 
 template <int BN>
@@ -129,7 +129,7 @@ cudaError_t pack_weights(const float* weight, int out_channels, const Conv2dGeom
                          void* packed, cudaStream_t stream) {
     const ConvWeights src{weight, out_channels, g.channels, (g.channels + 7) / 8 * 8, g.kernel_h,
                           g.kernel_w};
-    return tf32x3::pack_b<BN>(src, static_cast<uint8_t*>(packed),
+    return tc::pack_b<BN>(src, static_cast<uint8_t*>(packed),
                               weight_layout(g, out_channels, BN), stream);
 }
 

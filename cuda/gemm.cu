@@ -384,7 +384,7 @@ struct RowMajorRows {
         return {r < m ? batch * stride_a + static_cast<long long>(r) * lda : -1};
     }
     __device__ KBlock kblock(int kb, int t) const {
-        const int k0 = kb * tf32x3::kBlockK + 8 * t;
+        const int k0 = kb * tc::kBlockK + 8 * t;
         return {k0, min(8, k - k0)};
     }
     __device__ KPtr none() const { return {0, 0}; }
@@ -422,9 +422,9 @@ struct RowMajorStore {
     long long stride_c;
     bool pairs_aligned;
     struct Prepared {};
-    __device__ Prepared prepare(const tf32x3::TileCoords&) const { return {}; }
+    __device__ Prepared prepare(const tc::TileCoords&) const { return {}; }
     template <int BN, int MB>
-    __device__ void store(const float (&acc)[MB][BN / 2], const tf32x3::TileCoords& tc,
+    __device__ void store(const float (&acc)[MB][BN / 2], const tc::TileCoords& tc,
                           const Prepared&) const {
         const int t = tc.lane % 4;
 #pragma unroll
@@ -454,8 +454,8 @@ struct RowMajorStore {
 
 constexpr int kTcBN = 128, kTcMB = 1, kTcStages = 4;
 
-inline tf32x3::PackedB tc_layout(int n, int k, int entries) {
-    return tf32x3::packed_b_layout(kTcBN, n, k, entries);
+inline tc::PackedB tc_layout(int n, int k, int entries) {
+    return tc::packed_b_layout(kTcBN, n, k, entries);
 }
 
 }  // namespace gemm_v5
@@ -482,8 +482,8 @@ cudaError_t launch_v5_tensor_cores(const GemmArgs& g, void* workspace, long long
                          reinterpret_cast<uintptr_t>(g.C) % 8 == 0;
     for (int b0 = 0; b0 < g.batch; b0 += chunk) {
         const int count = g.batch - b0 < chunk ? g.batch - b0 : chunk;
-        const tf32x3::PackedB layout = tc_layout(g.N, g.K, b_shared ? 1 : count);
-        cudaError_t err = tf32x3::pack_b<kTcBN>(
+        const tc::PackedB layout = tc_layout(g.N, g.K, b_shared ? 1 : count);
+        cudaError_t err = tc::pack_b<kTcBN>(
             RowMajorB{g.B + b0 * g.stride_b, g.N, g.K, g.ldb, g.stride_b}, packed, layout,
             stream);
         if (err != cudaSuccess) return err;

@@ -35,21 +35,21 @@
 
 #include "common.cuh"
 #include "hopper.cuh"
-#include "tf32x3.cuh"
+#include "tensor_core_operands.cuh"
 
 namespace scratchops {
 namespace mma_sync {
 
-using tf32x3::kBlockK;
-using tf32x3::PackedB;
-using tf32x3::TileCoords;
-using tf32x3::TileGrid;
+using tc::kBlockK;
+using tc::PackedB;
+using tc::TileCoords;
+using tc::TileGrid;
 
 constexpr int kWarpGroups = 2;  // laid out as tf32x3's consumer warpgroups (see the top)
 constexpr int kWarps = 4 * kWarpGroups;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kStages = 2;
-static_assert(tf32x3::kPackBlocks <= kThreads, "every packing flag is read by one thread");
+static_assert(tc::kPackBlocks <= kThreads, "every packing flag is read by one thread");
 
 template <int BN, int MB, bool kTf32>
 struct Config {
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // As in tf32x3.cuh: B's cross tiles only when some B value is not finite.
     const int* flags = reinterpret_cast<const int*>(packed_b + layout.tiles_bytes());
     const bool b_cross_tile =
-        __syncthreads_or(threadIdx.x < tf32x3::kPackBlocks && flags[threadIdx.x]);
+        __syncthreads_or(threadIdx.x < tc::kPackBlocks && flags[threadIdx.x]);
     const int copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
     const uint8_t* b_tiles =
         packed_b + (static_cast<long long>(grid.b_shared ? 0 : b) * grid.n_tiles + nt) * num_kb *
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     float raw[MB][2][8];  // the thread's 8 values of each row for the k-block being consumed
     point_at(0);
-    tf32x3::fetch_kblock(loader, next, raw);
+    tc::fetch_kblock(loader, next, raw);
     point_at(1);
     copy_stage(0);
 
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
 
     // Byte offset of (row n = 8 nb + g, logical column 8s + t + 4 half) in a packed tile:
-    // tf32x3::packed_offset with n % 8 = g, worked out once.
+    // tc::packed_offset with n % 8 = g, worked out once.
     auto b_offset = [&](int nb, int s, int half) {
         return (8 * nb + quad_row) * 128 + (((2 * s + half) ^ quad_row) * 16) + 4 * quad_col;
     };
@@ -234,7 +234,7 @@ cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
     TileGrid grid;
     int tiles = 0;
-    const cudaError_t err = tf32x3::prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows,
+    const cudaError_t err = tc::prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows,
                                                    Cfg::kBM, layout, batch, b_shared, grid, tiles);
     if (err != cudaSuccess || tiles == 0) return err;
     kernel<<<tiles, kThreads, Cfg::kSmemBytes, stream>>>(loader, epilogue, packed, layout, grid);

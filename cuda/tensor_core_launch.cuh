@@ -17,7 +17,7 @@ template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class 
           class Epilogue>
 cudaError_t tensor_core_launch(TensorCorePath engine, const ALoader& loader,
                                const Epilogue& epilogue, const uint8_t* packed,
-                               const tf32x3::PackedB& layout, int m_rows, int batch,
+                               const tc::PackedB& layout, int m_rows, int batch,
                                bool b_shared, cudaStream_t stream) {
     if (engine == TensorCorePath::kMmaSync)
         return mma_sync::launch<BN, MB, kGroup, kTf32>(loader, epilogue, packed, layout, m_rows,

@@ -8,10 +8,8 @@
 //             a_small*b_big + a_big*b_small + a_big*b_big (the cross terms first, with the
 //             "cross" big parts that are 0 for a non-finite value, so Inf and NaN come out as
 //             fp32 gives them); the dropped a_small*b_small is ~2^-22 relative.
-//   B packed  Once per launch, pack_b writes B's big, small and cross parts as the exact bytes
-//             shared memory wants: per (tile of BN rows, k-block of 32), three BN x 128-byte
-//             tiles in the 128-byte swizzle layout. One bulk copy (the copy engine, no thread
-//             work) then moves a k-block's B into shared memory.
+//   B packed  Once per launch, B is packed as shared memory wants it (tensor_core_operands.cuh);
+//             one bulk copy (the copy engine, no thread work) then moves a k-block's B in.
 //   A gathered Each consumer thread loads its own rows of A straight from global memory into
 //             registers (a row-major matrix, or an NCHW input read as its im2col rows: no
 //             column matrix ever exists), one k-block ahead, splits them there, and feeds
@@ -32,27 +30,9 @@
 //             alone copied and multiplied, the whole tile summed in the tensor cores (no
 //             partial sums). What cuDNN and cuBLAS compute then.
 // The same product on mma.sync, for GPUs without wgmma (sm_80 to sm_89): mma_sync_3xtf32.cuh,
-// which shares this file's packed B, loaders, epilogues and launch preparation.
+// which takes the same operands and epilogues.
 //
-// Layouts (PTX ISA "Asynchronous Warpgroup Level Matrix Shared Memory Layout" and "Register
-// Fragments"): in a 64-row block, warp q of a warpgroup owns rows 16q .. 16q + 15; lane
-// (g = lane / 4, t = lane % 4) holds A rows g and g + 8 and, of the accumulators, element
-// 4 * nb + 2h + c at (row g + 8h, column 8 nb + 2t + c). The A registers of k-step j hold
-// logical columns 8j + t (a0, a1) and 8j + t + 4 (a2, a3); physical_k() maps logical to
-// physical k so that thread t needs exactly the 8 consecutive physical k [8t, 8t + 8) of a
-// k-block. B's packing applies the same map.
-//
-// Interfaces the kernel is instantiated with:
-//   ALoader: Row row(int batch, int m); KBlock kblock(int kb, int t);
-//            KPtr kptr(Row, KBlock): where the thread's 8 values of a row and k-block are,
-//            in the loader's own form (computed once a k-block, so that fetch2 is cheap);
-//            KPtr none(): a KPtr of no values; float2 fetch2(KPtr, int e): values e, e + 1
-//            (0 where absent)   (see gemm.cu, conv_implicit.cuh)
-//   Epilogue: Prepared prepare(TileCoords with the thread's place only) once per thread
-//            (per-thread constants, e.g. its columns' parameters), then
-//            void store(const float (&acc)[MB][BN / 2], TileCoords, const Prepared&) for one
-//            tile's accumulators of this thread.
-//   Source (for pack_b): float operator()(int entry, int n, int k), 0 outside B.
+// Layouts, the packed B and the loader and epilogue interfaces: tensor_core_operands.cuh.
 #pragma once
 
 #include <cstdint>
@@ -61,104 +41,21 @@
 
 #include "common.cuh"
 #include "hopper.cuh"
+#include "tensor_core_operands.cuh"
 #include "wgmma_tf32.cuh"
 
 namespace scratchops {
 namespace tf32x3 {
 
-constexpr int kBlockK = 32;  // TF32 values per k-block: one 128-byte swizzled row
+using namespace tc;  // the operands both engines share
+
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
+static_assert(kPackBlocks <= kThreads, "every packing flag is read by one thread");
 static_assert(128 * kProducerRegisters + 128 * kConsumerWarpgroups * kConsumerRegisters <= 65536,
               "the register file holds 64K 32-bit registers");
-// pack_b runs at most this many blocks; each writes one "B has a non-finite value" flag,
-// which the main kernel ORs together (so no flag needs clearing before a launch).
-constexpr int kPackBlocks = 256;
-static_assert(kPackBlocks <= kThreads, "every flag is read by one thread of the main kernel");
-
-// Logical column L (0..31) of a k-block, as wgmma sees it, holds physical k = physical_k(L):
-// thread t of a quad needs physical [8t, 8t + 8), in k-step j as (8t + 2j, 8t + 2j + 1).
-__host__ __device__ constexpr int physical_k(int L) {
-    return 8 * (L % 4) + 2 * (L / 8) + (L % 8) / 4;
-}
-
-// Byte offset of logical column L of row n inside one packed tile (128-byte swizzle: the
-// 16-byte chunk c of row n sits at chunk position c ^ (n % 8)).
-__host__ __device__ constexpr int packed_offset(int n, int L) {
-    return n * 128 + (((L / 4) ^ (n % 8)) * 16) + (L % 4) * 4;
-}
-
-// Packed B of `entries` matrices (one, or one per batch entry): per (entry, tile of BN rows,
-// k-block), a stage of three BN x 128-byte tiles (big, small, cross), then kPackBlocks flags.
-struct PackedB {
-    int bn, num_kb, n_tiles, entries;
-    __host__ __device__ long long stage_bytes() const { return 3LL * bn * 128; }
-    __host__ __device__ long long tiles_bytes() const {
-        return static_cast<long long>(entries) * n_tiles * num_kb * stage_bytes();
-    }
-    __host__ __device__ long long bytes() const { return tiles_bytes() + kPackBlocks * 4; }
-};
-
-inline PackedB packed_b_layout(int bn, int n, int k, int entries) {
-    return {bn, (k + kBlockK - 1) / kBlockK, (n + bn - 1) / bn, entries};
-}
-
-// One work item per (entry, tile, k-block, 16-byte chunk c, row n): the chunk holds logical
-// columns 4c .. 4c + 3 of row n, written to each of the three tiles.
-template <int BN, class Source>
-__global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
-    const long long items = static_cast<long long>(layout.entries) * layout.n_tiles *
-                            layout.num_kb * 8 * BN;
-    bool nonfinite = false;
-    for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
-         i += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const int n = static_cast<int>(i % BN);
-        const int c = static_cast<int>((i / BN) % 8);
-        const long long stage = i / (8 * BN);  // = (entry * n_tiles + tile) * num_kb + kb
-        const int kb = static_cast<int>(stage % layout.num_kb);
-        const int tile = static_cast<int>((stage / layout.num_kb) % layout.n_tiles);
-        const int entry = static_cast<int>(stage / (static_cast<long long>(layout.num_kb) *
-                                                    layout.n_tiles));
-        uint32_t big[4], small[4], cross[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const Tf32Split p =
-                split_tf32(src(entry, tile * BN + n, kb * kBlockK + physical_k(4 * c + j)));
-            big[j] = p.big;
-            small[j] = p.small;
-            cross[j] = p.cross;
-            nonfinite = nonfinite || p.cross != p.big;
-        }
-        uint8_t* tiles = packed + stage * layout.stage_bytes();
-        const int offset = packed_offset(n, 4 * c);
-        *reinterpret_cast<uint4*>(tiles + offset) = make_uint4(big[0], big[1], big[2], big[3]);
-        *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
-            make_uint4(small[0], small[1], small[2], small[3]);
-        *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
-            make_uint4(cross[0], cross[1], cross[2], cross[3]);
-    }
-    const int block_nonfinite = __syncthreads_or(nonfinite);
-    if (threadIdx.x == 0)
-        reinterpret_cast<int*>(packed + layout.tiles_bytes())[blockIdx.x] = block_nonfinite;
-}
-
-template <int BN, class Source>
-cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
-                   cudaStream_t stream) {
-    // Always kPackBlocks blocks (a grid-stride loop), so that every flag is written.
-    constexpr int kPackThreads = 256;
-    pack_b_kernel<BN><<<kPackBlocks, kPackThreads, 0, stream>>>(src, packed, layout);
-    return cudaGetLastError();
-}
-
-// Where one tile sits, for the epilogue: batch entry, first row, first column.
-struct TileCoords {
-    int batch, m0, n0;
-    int warpgroup, warp, lane;  // this thread within the consumers
-};
-
 template <int BN, int MB, int STAGES, bool kTf32 = false>
 struct Config {
     static constexpr int kBM = kConsumerWarpgroups * 64 * MB;  // rows of a tile
@@ -168,38 +65,6 @@ struct Config {
     static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
     static_assert(kSmemBytes <= 227 * 1024, "stages must fit in shared memory");
 };
-
-// Tile t (of batch * m_tiles * n_tiles) covers batch entry t / (m_tiles * n_tiles), rows
-// [mt * BM, + BM) and columns [nt * BN, + BN) with mt, nt the rest's quotient and remainder
-// by n_tiles.
-struct TileGrid {
-    int m_tiles, n_tiles, batch;
-    bool b_shared;  // one packed B for every batch entry
-    __device__ void locate(int t, int& b, int& mt, int& nt) const {
-        const int per_entry = m_tiles * n_tiles;
-        b = t / per_entry;
-        const int rest = t - b * per_entry;
-        mt = rest / n_tiles;
-        nt = rest - mt * n_tiles;
-    }
-};
-
-// The thread's 8 values of each of its rows (mb, h) for the k-block next[][] points at.
-template <int MB, class ALoader>
-__device__ __forceinline__ void fetch_kblock(const ALoader& loader,
-                                             const typename ALoader::KPtr (&next)[MB][2],
-                                             float (&raw)[MB][2][8]) {
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int e = 0; e < 8; e += 2) {
-                const float2 v = loader.fetch2(next[mb][h], e);
-                raw[mb][h][e] = v.x;
-                raw[mb][h][e + 1] = v.y;
-            }
-}
 
 template <int BN, int MB, int STAGES, int kGroup, bool kTf32, class ALoader, class Epilogue>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -450,27 +315,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // sm_90a and refuses these kernels on others; reaching here would be a bug: fail loudly.
     __trap();
 #endif
-}
-
-// What a launch of either engine does first: the kernel's dynamic shared-memory limit set
-// (once per device; `done` is the caller's static, one per kernel), and the grid of tiles
-// of BM rows and layout.bn columns over m_rows rows and `batch` entries. tiles = 0: nothing
-// to launch; more than 2^31 - 1 tiles: cudaErrorInvalidValue.
-template <class Kernel>
-cudaError_t prepare_launch(std::atomic<unsigned long long>& done, Kernel kernel, int smem_bytes,
-                           int m_rows, int bm, const PackedB& layout, int batch, bool b_shared,
-                           TileGrid& grid, int& tiles) {
-    tiles = 0;
-    const cudaError_t err = once_per_device(done, [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    smem_bytes);
-    });
-    if (err != cudaSuccess) return err;
-    grid = TileGrid{(m_rows + bm - 1) / bm, layout.n_tiles, batch, b_shared};
-    const long long count = static_cast<long long>(grid.m_tiles) * grid.n_tiles * batch;
-    if (count > 0x7fffffffLL) return cudaErrorInvalidValue;
-    tiles = count > 0 ? static_cast<int>(count) : 0;
-    return cudaSuccess;
 }
 
 // kGroup: the k-blocks whose products the tensor cores sum into one partial sum before an

@@ -29,9 +29,9 @@ struct ConstRows {
 struct NullStore {
     float* y;
     struct Prepared {};
-    __device__ Prepared prepare(const tf32x3::TileCoords&) const { return {}; }
+    __device__ Prepared prepare(const tc::TileCoords&) const { return {}; }
     template <int BN, int MB>
-    __device__ void store(const float (&acc)[MB][BN / 2], const tf32x3::TileCoords& tc, const Prepared&) const {
+    __device__ void store(const float (&acc)[MB][BN / 2], const tc::TileCoords& tc, const Prepared&) const {
         float s = 0; for (int i = 0; i < BN / 2; ++i) s += acc[0][i];
         if (s == 123.456f) y[tc.lane] = s;
     }
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     const ConvGeometryFast f = conv_tc::fast_geometry(g, N, CO);
     const ConvStore store{nullptr, b, tail, f};
     const int m = N * g.out_h * g.out_w;
-    const tf32x3::PackedB layout = conv_tc::weight_layout(g, CO, 128);
+    const tc::PackedB layout = conv_tc::weight_layout(g, CO, 128);
     Im2colRows<true> loader{x, f};
     cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
     // mode: 0 the reference (the first line), 1 compared with it, 2 not comparable (parts left out)
