@@ -19,13 +19,15 @@ long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2d
     return 4 * (stats_floats(batch, g, groups) + extremes);
 }
 
-cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPoolArgs& a, float* y,
+cudaError_t conv_gn_pool_launch(int version, const float* x, const void* packed,
+                                const GnPoolArgs& a, float* y,
                                 int batch, int out_channels, const Conv2dGeometry& g, bool tf32,
                                 TensorCorePath engine, void* workspace, cudaStream_t stream) {
     using namespace conv_gn_pool;
     if (batch <= 0) return cudaSuccess;
-    if (out_channels <= 0 || out_channels > kBN || a.groups <= 0 ||
-        out_channels % a.groups != 0 || g.out_h < kPool || g.out_w < kPool)
+    if (version < 1 || version > kConvGnPoolVersions || out_channels <= 0 ||
+        out_channels > kBN || a.groups <= 0 || out_channels % a.groups != 0 ||
+        g.out_h < kPool || g.out_w < kPool)
         return cudaErrorInvalidValue;  // the caller picks the three-stage chain for these
     const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
     const BandPixels bands = band_pixels(g, kBandCols);
@@ -54,7 +56,7 @@ cudaError_t conv_gn_pool_launch(const float* x, const void* packed, const GnPool
             (j / g.kernel_w) * g.dil_h * shape.halo_w + (j % g.kernel_w) * g.dil_w;
     // (v2 computes fp32-accurate products only; the reductions it covers, at most 96 long, are
     // below the TF32 rule's kTf32MinReduction anyway.)
-    if (engine == TensorCorePath::kWgmma && !tf32 && g.channels <= 8 &&
+    if (version == 2 && engine == TensorCorePath::kWgmma && !tf32 && g.channels <= 8 &&
         layout.num_kb <= kV2MaxKBlocks &&
         shape.halo_h * shape.raw_pitch <= kHaloPixels) {
         const int smem = v2_smem_bytes(layout.num_kb);

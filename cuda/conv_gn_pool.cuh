@@ -25,8 +25,9 @@
 //      instead of every im2col value gathered and split, one k-step a tap instead of the
 //      packing's padded 4-taps-a-k-step order, and three warpgroups on separate 4 x 16 tiles
 //      so that one's epilogue overlaps the others' wgmmas (see "v2" below).
-//      conv_gn_pool_launch runs v2 where it covers the shape on the wgmma engine, v1
-//      elsewhere (v1 runs on either tensor-core engine: tensor_core_launch.cuh).
+//      Selectable (the operator's `version`): version 2, the default, runs v2 where it
+//      covers the call on the wgmma engine and v1 elsewhere; version 1 always runs v1 (on
+//      either tensor-core engine: tensor_core_launch.cuh).
 //   Memory traffic (P85 at batch 128): the input once (67 MB, plus cache re-reads), the
 //   extremes written and read once (32 MB each), the output (32 MB), the statistics (1 MB).
 //

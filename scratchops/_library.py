@@ -43,7 +43,8 @@ SCHEMAS = {
                           "float factor) -> Tensor",
     "conv2d_group_norm_pool_clamp": "(Tensor input, Tensor weight, Tensor? conv_bias, "
                                     "int num_groups, Tensor? gn_weight, Tensor? gn_bias, "
-                                    "Tensor? scale, float eps, float min, float max) -> Tensor",
+                                    "Tensor? scale, float eps, float min, float max, "
+                                    "int version) -> Tensor",
     "group_norm": "(Tensor input, int num_groups, Tensor? weight, Tensor? bias, Tensor? scale, "
                   "float eps, int version) -> Tensor",
     "scale": "(Tensor input, Tensor scale) -> Tensor",

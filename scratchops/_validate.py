@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from ._checks import (GEOMETRY_MAX, as_float, as_int, as_pair, check_choice,
                       check_cuda, check_output_size, check_per_channel, check_positive_int,
                       check_tensor, window_output_hw)
-from .versions import (CONV2D_ALGORITHMS, GEMM_VERSIONS, GROUP_NORM_VERSIONS,
-                       IM2COL_GEMM_VERSIONS, IM2COL_VERSIONS, MAX_POOL2D_VERSIONS)
+from .versions import (CONV2D_ALGORITHMS, CONV_GN_POOL_VERSIONS, GEMM_VERSIONS,
+                       GROUP_NORM_VERSIONS, IM2COL_GEMM_VERSIONS, IM2COL_VERSIONS,
+                       MAX_POOL2D_VERSIONS)
 
 __all__ = ["check_cuda", "check_tensor"]  # (re-exported for scratchops.ops)
 
@@ -159,7 +160,7 @@ ONE_PASS_POOL = 4
 
 
 def conv2d_group_norm_pool_clamp_args(x, weight, conv_bias, num_groups, gn_weight, gn_bias,
-                                      scale, eps, min, max):
+                                      scale, eps, min, max, version):
     _, conv_shape = conv2d_geometry(x, weight, conv_bias, 1, 0, 1)
     num_groups, eps = group_norm_params(conv_shape, num_groups, gn_weight, gn_bias, scale, eps)
     cout, out_h, out_w = conv_shape[1:]
@@ -169,8 +170,9 @@ def conv2d_group_norm_pool_clamp_args(x, weight, conv_bias, num_groups, gn_weigh
     if out_h < ONE_PASS_POOL or out_w < ONE_PASS_POOL:
         raise ValueError(f"the convolution output {out_h} x {out_w} is smaller than the "
                          f"{ONE_PASS_POOL} x {ONE_PASS_POOL} pooling window")
+    version = check_choice(version, "version", CONV_GN_POOL_VERSIONS)
     args = (x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, eps,
-            as_float(min, "min"), as_float(max, "max"))
+            as_float(min, "min"), as_float(max, "max"), version)
     return args, (conv_shape[0], cout, out_h // ONE_PASS_POOL, out_w // ONE_PASS_POOL)
 
 

@@ -28,8 +28,9 @@ from torch.compiler import is_compiling
 
 from . import _library, _validate
 from ._library import OPS
-from .versions import (CONV2D_ALGORITHMS, DEFAULT_CONV2D_ALGORITHM, DEFAULT_CONV_WORKSPACE_BYTES,
-                       DEFAULT_GEMM_VERSION, DEFAULT_GROUP_NORM_VERSION,
+from .versions import (CONV2D_ALGORITHMS, DEFAULT_CONV2D_ALGORITHM, DEFAULT_CONV_GN_POOL_VERSION,
+                       DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_GEMM_VERSION,
+                       DEFAULT_GROUP_NORM_VERSION,
                        DEFAULT_IM2COL_GEMM_VERSION, DEFAULT_IM2COL_VERSION,
                        DEFAULT_MAX_POOL2D_VERSION)
 
@@ -185,22 +186,24 @@ def conv2d_min_add_mul(input, weight, conv_bias, constant, bias, factor, stride=
 
 
 def conv2d_group_norm_pool_clamp(input, weight, conv_bias, num_groups, gn_weight=None,
-                                 gn_bias=None, scale=None, eps=1e-5, min=0.0, max=1.0):
+                                 gn_bias=None, scale=None, eps=1e-5, min=0.0, max=1.0, *,
+                                 version: int = DEFAULT_CONV_GN_POOL_VERSION):
     """torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(input, weight, conv_bias), num_groups,
     gn_weight, gn_bias, eps) * scale, 4), min, max) in one pass over the input (P85; sm_80+
     GPUs): the convolution's output is never written. Covers up to 64 output channels and a
     conv output of at least 4 x 4 (NotImplementedError / ValueError otherwise). The
-    convolution follows torch's TF32 switch as conv2d does."""
-    if (_direct(input, weight, conv_bias, gn_weight, gn_bias, scale) and _ints(num_groups)
+    convolution follows torch's TF32 switch as conv2d does. `version` picks the kernels
+    (CONV_GN_POOL_VERSIONS: 2, the default, runs version 1 where it does not cover the call)."""
+    if (_direct(input, weight, conv_bias, gn_weight, gn_bias, scale) and _ints(num_groups, version)
             and _numbers(eps, min, max)):
         try:
             return _kernel(OPS.conv2d_group_norm_pool_clamp.default, input, weight, conv_bias,
-                           num_groups, gn_weight, gn_bias, scale, eps, min, max)
+                           num_groups, gn_weight, gn_bias, scale, eps, min, max, version)
         except _REFUSED:
             pass
     x, unbatched = _batched(input, "input")
     args, _ = _validate.conv2d_group_norm_pool_clamp_args(
-        x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, eps, min, max)
+        x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, eps, min, max, version)
     _validate.check_cuda(input=x, weight=weight, conv_bias=conv_bias, gn_weight=gn_weight,
                          gn_bias=gn_bias, scale=scale)
     return _unbatched(OPS.conv2d_group_norm_pool_clamp(*args), unbatched)

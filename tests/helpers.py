@@ -82,7 +82,7 @@ def _operator_samples():
                                                 [1, 1], [1, 1], 0.25, r(70), 2.0)),
         "conv2d_group_norm_pool_clamp": sample(
             lambda r: (r(2, 3, 11, 10), r(8, 3, 3, 3), r(8), 4, r(8), r(8), r(8, 1, 1), 1e-5,
-                       -0.5, 0.5)),
+                       -0.5, 0.5, 2)),
         "group_norm": sample(lambda r: (r(2, 6, 5, 7), 3, r(6), r(6), r(6, 1, 1), 1e-5, 2)),
         "scale": sample(lambda r: (r(2, 6, 5, 7), r(6, 1, 1))),
         "min_add_mul": sample(lambda r: (r(2, 6, 5, 7), 0.5, r(6, 1, 1), 2.0)),

@@ -58,6 +58,7 @@ def test_launchers_h_routes_the_tensor_core_gemm_version_of_versions_py():
         max(scratchops.GEMM_VERSIONS)
     # and each operator's last version, which binding.cpp refuses beyond
     for name, table in (("kIm2colVersions", scratchops.IM2COL_VERSIONS),
+                        ("kConvGnPoolVersions", scratchops.CONV_GN_POOL_VERSIONS),
                         ("kGroupNormVersions", scratchops.GROUP_NORM_VERSIONS),
                         ("kMaxPool2dVersions", scratchops.MAX_POOL2D_VERSIONS)):
         last = re.search(rf"constexpr int {name} = (\d+);", text).group(1)

@@ -181,13 +181,16 @@ def p85_model(cin, cout, groups, lo, hi, k=3):
     return Model().cuda()
 
 
-def one_pass(m, x, lo, hi):
+def one_pass(m, x, lo, hi, version=scratchops.DEFAULT_CONV_GN_POOL_VERSION):
     gn = m.group_norm
     return scratchops.conv2d_group_norm_pool_clamp(x, m.conv.weight, m.conv.bias, gn.num_groups,
-                                                   gn.weight, gn.bias, m.scale, gn.eps, lo, hi)
+                                                   gn.weight, gn.bias, m.scale, gn.eps, lo, hi,
+                                                   version=version)
 
 
-# Cin <= 8 with at most 12 taps runs the halo kernel (v2), the others the gather kernel (v1).
+# Version 2 runs its halo kernel where it covers the call (the wgmma engine, Cin <= 8, at most
+# 12 taps), version 1 elsewhere; version 1 always runs the engine's epilogue.
+@pytest.mark.parametrize("version", sorted(scratchops.CONV_GN_POOL_VERSIONS))
 @pytest.mark.parametrize("n,cin,cout,hw,groups,lo,hi,mean,k,bias", [
     (2, 8, 64, (128, 128), 16, 0.0, 1.0, 0.0, 3, 0.0),
     (3, 3, 20, (21, 19), 5, -1.0, 0.7, 0.0, 3, 0.0),
@@ -205,7 +208,7 @@ def one_pass(m, x, lo, hi):
     # Width a multiple of 4 (16-byte halo copies), Cin < 8, a last column block half outside.
     (2, 3, 16, (20, 36), 4, -1.0, 1.0, 0.0, 3, 0.0),
 ])
-def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean, k, bias):
+def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean, k, bias, version):
     torch.manual_seed(n * 1000 + cout)
     m = p85_model(cin, cout, groups, lo, hi, k)
     with torch.no_grad():
@@ -215,10 +218,10 @@ def test_conv2d_group_norm_pool_clamp(n, cin, cout, hw, groups, lo, hi, mean, k,
         x = rand(n, cin, *hw, low=0.0) + mean
         ref32, ref64 = m(x), copy.deepcopy(m).double()(x.double())
         poison_next(*ref32.shape)
-        out = one_pass(m, x, lo, hi)
+        out = one_pass(m, x, lo, hi, version)
     # One window of 16 values from 9-product dot products: allclose only (see above).
     assert_fp32_accurate(out, ref32, ref64, within_4x=hw != (6, 6))
-    assert torch.equal(out, one_pass(m, x, lo, hi))  # deterministic
+    assert torch.equal(out, one_pass(m, x, lo, hi, version))  # deterministic
 
 
 def test_conv2d_group_norm_pool_clamp_copies_alike_aligned_or_not():

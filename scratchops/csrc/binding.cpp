@@ -355,7 +355,7 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
                                          const OptTensor& conv_bias, int64_t num_groups,
                                          const OptTensor& gn_weight, const OptTensor& gn_bias,
                                          const OptTensor& scale, double eps, double min,
-                                         double max) {
+                                         double max, int64_t version) {
     const int64_t one[] = {1, 1}, zero[] = {0, 0};
     const Conv c = conv_setup(x, weight, conv_bias, one, zero, one);
     check_groups(num_groups, c.cout, eps);
@@ -367,13 +367,14 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
                                 "conv2d_group_norm_pool_clamp covers fewer output channels");
     SCRATCHOPS_ARG(c.g.out_h >= kOnePassPool && c.g.out_w >= kOnePassPool,
                    "the convolution output is smaller than the pooling window");
+    check_choice(version, kConvGnPoolVersions, "version");
     return launch_into(x, {x.size(0), c.cout, c.g.out_h / kOnePassPool, c.g.out_w / kOnePassPool},
                        "conv2d_group_norm_pool_clamp", [&](float* y, cudaStream_t s) {
         const PackedWeights w = packed_weights(weight, c.g);
         const at::DataPtr ws =
             workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups));
-        return conv_gn_pool_launch(c.x, w.packed.get(), a, y, c.batch, c.cout, c.g, c.tf32,
-                                   w.engine, ws.get(), s);
+        return conv_gn_pool_launch(i32(version), c.x, w.packed.get(), a, y, c.batch, c.cout,
+                                   c.g, c.tf32, w.engine, ws.get(), s);
     });
 }
 

@@ -205,9 +205,11 @@ def p85_one_pass_workloads(quick: bool) -> list[Workload]:
             lambda input, weight, conv_bias, gamma, beta, s: torch.clamp(F.max_pool2d(
                 F.group_norm(F.conv2d(input, weight, conv_bias), groups, gamma, beta, eps) * s,
                 pool), lo, hi),
-            {"one_pass": lambda input, weight, conv_bias, gamma, beta, s:
-                scratchops.conv2d_group_norm_pool_clamp(input, weight, conv_bias, groups, gamma,
-                                                        beta, s, eps, lo, hi)},
+            _versions(lambda input, weight, conv_bias, gamma, beta, s, version:
+                      scratchops.conv2d_group_norm_pool_clamp(input, weight, conv_bias, groups,
+                                                              gamma, beta, s, eps, lo, hi,
+                                                              version=version),
+                      scratchops.CONV_GN_POOL_VERSIONS),
             flop=flop, note="P85 full size" if n == BATCH else ""))
     return work
 
