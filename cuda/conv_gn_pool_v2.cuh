@@ -187,9 +187,7 @@ __global__ void __launch_bounds__(kV2Threads, 1)
     }
     // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
     // also publishes the weights and the plan.
-    const int* flags = reinterpret_cast<const int*>(packed + layout.tiles_bytes());
-    const bool b_cross_tile =
-        __syncthreads_or(tid < tc::kPackBlocks && flags[tid]) != 0;
+    const bool b_cross_tile = tc::b_has_nonfinite(packed, layout);
 
     // This thread's two tile rows (h = 0, 1): band row `warp`, column quad_row + 8h; their
     // halo pixel for tap 0 (tap (r, s) adds r * dil_h * halo_w + s * dil_w).

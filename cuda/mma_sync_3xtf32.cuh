@@ -49,7 +49,6 @@ constexpr int kWarpGroups = 2;  // laid out as tf32x3's consumer warpgroups (see
 constexpr int kWarps = 4 * kWarpGroups;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kStages = 2;
-static_assert(tc::kPackBlocks <= kThreads, "every packing flag is read by one thread");
 
 template <int BN, int MB, bool kTf32>
 struct Config {
@@ -92,9 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int lane = threadIdx.x % 32, quad_row = lane / 4, quad_col = lane % 4;
 
     // As in tf32x3.cuh: B's cross tiles only when some B value is not finite.
-    const int* flags = reinterpret_cast<const int*>(packed_b + layout.tiles_bytes());
-    const bool b_cross_tile =
-        __syncthreads_or(threadIdx.x < tc::kPackBlocks && flags[threadIdx.x]);
+    const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
     const int copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
     const uint8_t* b_tiles =
         packed_b + (static_cast<long long>(grid.b_shared ? 0 : b) * grid.n_tiles + nt) * num_kb *

@@ -41,9 +41,10 @@ namespace scratchops {
 namespace tc {
 
 constexpr int kBlockK = 32;  // TF32 values per k-block: one 128-byte swizzled row
-// pack_b runs at most this many blocks; each writes one "B has a non-finite value" flag,
-// which the main kernel ORs together (so no flag needs clearing before a launch).
-constexpr int kPackBlocks = 256;
+// pack_b runs at most this many blocks (PackedB::pack_blocks: fewer for a small B); each
+// writes one "B has a non-finite value" flag, which the main kernel ORs together
+// (b_has_nonfinite), so no flag needs clearing before a launch.
+constexpr int kPackBlocks = 1024;
 
 // Logical column L (0..31) of a k-block, as wgmma sees it, holds physical k = physical_k(L):
 // thread t of a quad needs physical [8t, 8t + 8), in k-step j as (8t + 2j, 8t + 2j + 1).
@@ -66,45 +67,51 @@ struct PackedB {
         return static_cast<long long>(entries) * n_tiles * num_kb * stage_bytes();
     }
     __host__ __device__ long long bytes() const { return tiles_bytes() + kPackBlocks * 4; }
+    __host__ __device__ int stages() const { return entries * n_tiles * num_kb; }
+    // pack_b's blocks (a block a stage, kPackBlocks at most): fixed by the layout, so the
+    // packing and the main kernel agree on how many flags there are.
+    __host__ __device__ int pack_blocks() const {
+        return stages() < kPackBlocks ? (stages() > 0 ? stages() : 1) : kPackBlocks;
+    }
 };
 
 inline PackedB packed_b_layout(int bn, int n, int k, int entries) {
     return {bn, (k + kBlockK - 1) / kBlockK, (n + bn - 1) / bn, entries};
 }
 
-// One work item per (entry, tile, k-block, 16-byte chunk c, row n): the chunk holds logical
-// columns 4c .. 4c + 3 of row n, written to each of the three tiles.
+// A block a stage at a time (stage = (entry * n_tiles + tile) * num_kb + kb, its position in
+// three divisions once), its threads over the stage's work items (16-byte chunk c, row n):
+// the chunk holds logical columns 4c .. 4c + 3 of row n, written to each of the three tiles.
 template <int BN, class Source>
 __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
-    const long long items = static_cast<long long>(layout.entries) * layout.n_tiles *
-                            layout.num_kb * 8 * BN;
     bool nonfinite = false;
-    for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
-         i += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const int n = static_cast<int>(i % BN);
-        const int c = static_cast<int>((i / BN) % 8);
-        const long long stage = i / (8 * BN);  // = (entry * n_tiles + tile) * num_kb + kb
-        const int kb = static_cast<int>(stage % layout.num_kb);
-        const int tile = static_cast<int>((stage / layout.num_kb) % layout.n_tiles);
-        const int entry = static_cast<int>(stage / (static_cast<long long>(layout.num_kb) *
-                                                    layout.n_tiles));
-        uint32_t big[4], small[4], cross[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const Tf32Split p =
-                split_tf32(src(entry, tile * BN + n, kb * kBlockK + physical_k(4 * c + j)));
-            big[j] = p.big;
-            small[j] = p.small;
-            cross[j] = p.cross;
-            nonfinite = nonfinite || p.cross != p.big;
-        }
+    for (int stage = blockIdx.x; stage < layout.stages(); stage += gridDim.x) {
+        const int kb = stage % layout.num_kb;
+        const int tile = (stage / layout.num_kb) % layout.n_tiles;
+        const int entry = stage / (layout.num_kb * layout.n_tiles);
         uint8_t* tiles = packed + stage * layout.stage_bytes();
-        const int offset = packed_offset(n, 4 * c);
-        *reinterpret_cast<uint4*>(tiles + offset) = make_uint4(big[0], big[1], big[2], big[3]);
-        *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
-            make_uint4(small[0], small[1], small[2], small[3]);
-        *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
-            make_uint4(cross[0], cross[1], cross[2], cross[3]);
+        // Consecutive threads take consecutive chunks (c fastest): a warp stores 4 whole
+        // 128-byte rows of each tile (with n fastest, each store touched 32 rows, 16 bytes
+        // apiece, and packing a large B ran at a fifth of the copy rate).
+        for (int item = threadIdx.x; item < 8 * BN; item += blockDim.x) {
+            const int c = item % 8, n = item / 8;
+            uint32_t big[4], small[4], cross[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const Tf32Split p = split_tf32(
+                    src(entry, tile * BN + n, kb * kBlockK + physical_k(4 * c + j)));
+                big[j] = p.big;
+                small[j] = p.small;
+                cross[j] = p.cross;
+                nonfinite = nonfinite || p.cross != p.big;
+            }
+            const int offset = packed_offset(n, 4 * c);
+            *reinterpret_cast<uint4*>(tiles + offset) = make_uint4(big[0], big[1], big[2], big[3]);
+            *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
+                make_uint4(small[0], small[1], small[2], small[3]);
+            *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
+                make_uint4(cross[0], cross[1], cross[2], cross[3]);
+        }
     }
     const int block_nonfinite = __syncthreads_or(nonfinite);
     if (threadIdx.x == 0)
@@ -114,10 +121,19 @@ __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
 template <int BN, class Source>
 cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
                    cudaStream_t stream) {
-    // Always kPackBlocks blocks (a grid-stride loop), so that every flag is written.
+    // Always layout.pack_blocks() blocks, so that every flag the main kernel reads is written.
     constexpr int kPackThreads = 256;
-    pack_b_kernel<BN><<<kPackBlocks, kPackThreads, 0, stream>>>(src, packed, layout);
+    pack_b_kernel<BN><<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
     return cudaGetLastError();
+}
+
+// Whether pack_b met a non-finite value in B: its blocks' flags ORed, by every thread of the
+// calling CTA together (a block-wide barrier, which also orders what came before it).
+__device__ __forceinline__ bool b_has_nonfinite(const uint8_t* packed, const PackedB& layout) {
+    const int* flags = reinterpret_cast<const int*>(packed + layout.tiles_bytes());
+    bool any = false;
+    for (int i = threadIdx.x; i < layout.pack_blocks(); i += blockDim.x) any = any || flags[i];
+    return __syncthreads_or(any) != 0;
 }
 
 // Where one tile sits, for the epilogue: batch entry, first row, first column.

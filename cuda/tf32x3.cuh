@@ -53,7 +53,6 @@ constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
-static_assert(kPackBlocks <= kThreads, "every packing flag is read by one thread");
 static_assert(128 * kProducerRegisters + 128 * kConsumerWarpgroups * kConsumerRegisters <= 65536,
               "the register file holds 64K 32-bit registers");
 template <int BN, int MB, int STAGES, bool kTf32 = false>
@@ -98,8 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // B's cross tiles are loaded and used only when some B value is not finite; otherwise
     // the big tiles serve the cross terms too.
-    const int* flags = reinterpret_cast<const int*>(packed_b + layout.tiles_bytes());
-    const bool b_cross_tile = __syncthreads_or(threadIdx.x < kPackBlocks && flags[threadIdx.x]);
+    const bool b_cross_tile = b_has_nonfinite(packed_b, layout);
     // (The TF32 mode reads the big tiles alone: B rounded to nearest.)
     const uint32_t copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
 
