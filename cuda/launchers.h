@@ -52,6 +52,11 @@ struct GemmArgs {
 // the last; the k...Versions counts below are each operator's last version (tests/
 // test_library.py holds them equal to versions.py's tables).
 constexpr int kGemmTensorCoreVersion = 5;
+// No version given: v5 where the device has tensor cores and A has at least
+// kGemmTensorCoreMinRows rows, v4 otherwise. v5 packs B at every call (12 bytes written a
+// value, then read back), which pays for itself only when enough rows of A reuse B
+// (docs/notes.md, "gemm v5 on the convolutions' GEMM shapes").
+constexpr int kGemmTensorCoreMinRows = 256;
 // The workspace a version needs (16-byte aligned): v5 packs B into shared-memory tiles; with
 // a batched B (stride_b != 0) it packs a chunk of entries at a time, so its workspace is every
 // entry's packed B or `budget` bytes, whichever is smaller, but never less than one entry's.

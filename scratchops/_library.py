@@ -35,7 +35,7 @@ from . import _build, _fakes
 SCHEMAS = {
     "im2col": "(Tensor input, int[2] kernel_size, int[2] dilation, int[2] padding, "
               "int[2] stride, int version) -> Tensor",
-    "gemm": "(Tensor a, Tensor b, Tensor? bias, int version) -> Tensor",
+    "gemm": "(Tensor a, Tensor b, Tensor? bias, int? version) -> Tensor",
     "conv2d": "(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
               "int[2] dilation, int algorithm, int workspace_bytes, int gemm_version) -> Tensor",
     "conv2d_min_add_mul": "(Tensor input, Tensor weight, Tensor? conv_bias, int[2] stride, "

@@ -64,7 +64,8 @@ def gemm_args(a, b, bias, version):
     else:
         shape = (a.shape[0] if a.dim() == 3 else b.shape[0], m, n)
     check_output_size(shape, "the gemm output")
-    version = check_choice(version, "version", GEMM_VERSIONS)
+    if version is not None:  # None: binding.cpp picks for the shape (versions.py)
+        version = check_choice(version, "version", GEMM_VERSIONS)
     return (a, b, bias, version), shape
 
 

@@ -114,18 +114,21 @@ def im2col(input, kernel_size, dilation=1, padding=0, stride=1, *,
     return _unbatched(OPS.im2col(*args), unbatched)
 
 
-def gemm(a, b, bias=None, *, version: int = DEFAULT_GEMM_VERSION):
+def gemm(a, b, bias=None, *, version: int | None = DEFAULT_GEMM_VERSION):
     """a @ b, plus bias[m] on every row m of the result when bias (shape (M,)) is given.
 
     Shapes: (M, K) @ (K, N) -> (M, N); (B, M, K) @ (B, K, N) -> (B, M, N); a 2-D operand
     with a 3-D one is shared across the batch. `version` picks the kernel (GEMM_VERSIONS;
-    5, the default, is fp32-accurate on the tensor cores of an sm_80+ GPU, on the engine
-    scratchops.tensor_core_path picks: wgmma on sm_90, mma.sync elsewhere). Follows
+    5 is fp32-accurate on the tensor cores of an sm_80+ GPU, on the engine
+    scratchops.tensor_core_path picks: wgmma on sm_90, mma.sync elsewhere). The default,
+    None, takes the faster for the shape: 5 where the GPU has tensor cores and A has at
+    least GEMM_TENSOR_CORE_MIN_ROWS rows (v5 packs B at every call, which pays off only
+    when enough rows reuse it), 4 otherwise. Follows
     torch's matmul TF32 switch as torch.matmul does: where it allows TF32
     (torch.backends.cuda.matmul.allow_tf32, or set_float32_matmul_precision "high" or
     "medium"), the operands are rounded to TF32 and their products summed in fp32.
     """
-    if _direct(a, b, bias) and _ints(version):
+    if _direct(a, b, bias) and (version is None or _ints(version)):
         try:
             return _kernel(OPS.gemm.default, a, b, bias, version)
         except _REFUSED:

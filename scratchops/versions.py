@@ -5,7 +5,12 @@ describe each; the CLI, the benchmarks, the fakes and the tests read these table
 GEMM_VERSIONS = {1: "naive", 2: "shared_tiles", 3: "register_tiles", 4: "pipelined",
                  5: "tensor_cores_3xtf32"}
 GEMM_TENSOR_CORE_VERSION = 5
-DEFAULT_GEMM_VERSION = GEMM_TENSOR_CORE_VERSION
+# gemm's default, version=None: the faster of v4 and v5 for the shape, v5 where the GPU has
+# tensor cores and A has at least GEMM_TENSOR_CORE_MIN_ROWS rows (binding.cpp decides; its
+# home is cuda/launchers.h, kGemmTensorCoreMinRows, and tests/test_library.py holds this
+# copy equal).
+DEFAULT_GEMM_VERSION = None
+GEMM_TENSOR_CORE_MIN_ROWS = 256
 # The versions conv2d's im2col + gemm path can use (v5 belongs to the implicit GEMM instead).
 IM2COL_GEMM_VERSIONS = {v: name for v, name in GEMM_VERSIONS.items()
                         if v != GEMM_TENSOR_CORE_VERSION}

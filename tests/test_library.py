@@ -56,6 +56,8 @@ def test_launchers_h_routes_the_tensor_core_gemm_version_of_versions_py():
     number = re.search(r"constexpr int kGemmTensorCoreVersion = (\d+);", text).group(1)
     assert int(number) == scratchops.versions.GEMM_TENSOR_CORE_VERSION == \
         max(scratchops.GEMM_VERSIONS)
+    rows = re.search(r"constexpr int kGemmTensorCoreMinRows = (\d+);", text).group(1)
+    assert int(rows) == scratchops.versions.GEMM_TENSOR_CORE_MIN_ROWS
     # and each operator's last version, which binding.cpp refuses beyond
     for name, table in (("kIm2colVersions", scratchops.IM2COL_VERSIONS),
                         ("kConvGnPoolVersions", scratchops.CONV_GN_POOL_VERSIONS),

@@ -238,7 +238,8 @@ Tensor im2col_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayRef dilatio
 }
 
 // a @ b (+ bias per row) for (M,K)@(K,N), (B,M,K)@(B,K,N) and a 2-D operand shared by a batch.
-Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias, int64_t version) {
+Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias,
+                 std::optional<int64_t> chosen_version) {
     check_tensor(a, "a", 2, 3);
     check_tensor(b, "b", 2, 3, &a);
     const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
@@ -248,6 +249,12 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias, int64_
         check_tensor(*bias, "bias", 1, 1, &a);
         SCRATCHOPS_ARG(bias->size(0) == M, "gemm bias must have one value per row");
     }
+    // No version: the faster one for this shape (launchers.h, kGemmTensorCoreMinRows).
+    const int64_t version =
+        chosen_version.has_value() ? *chosen_version
+        : M >= kGemmTensorCoreMinRows && engine_for(a.device().index()).has_value()
+            ? kGemmTensorCoreVersion
+            : kGemmTensorCoreVersion - 1;
     check_choice(version, kGemmTensorCoreVersion, "version");
     const int batch = i32(a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1));
     std::vector<int64_t> shape{M, N};
