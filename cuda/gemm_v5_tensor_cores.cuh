@@ -1,0 +1,152 @@
+// gemm_v5_tensor_cores.cuh — GEMM v5: fp32-accurate on the tensor cores (3xTF32), on either
+// engine (gemm.cu's table; the engines: tensor_core_launch.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "gemm_common.cuh"
+#include "tensor_core_launch.cuh"
+
+namespace scratchops {
+
+// (A named namespace: in a build without sm_90a the kernel using these is empty, and unused
+// members of an unnamed namespace would draw warnings.)
+namespace gemm_v5 {
+
+// A's rows for the tensor-core engine: row m of batch entry b is a + b * stride_a + m * lda.
+struct RowMajorRows {
+    const float* a;
+    int m, k, lda;
+    long long stride_a;
+    bool pairs_aligned;  // lda even and a 8-byte aligned: a pair of values is one 8-byte load
+    struct Row {
+        long long offset;  // of row m's first value; -1 past the last row
+    };
+    struct KBlock {
+        int k0, count;  // the thread's first k, and how many of its 8 exist
+    };
+    struct KPtr {
+        int offset;  // of the thread's first value, from a
+        int count;   // how many of its 8 values exist (0: none)
+    };
+    __device__ Row row(int batch, int r) const {
+        return {r < m ? batch * stride_a + static_cast<long long>(r) * lda : -1};
+    }
+    __device__ KBlock kblock(int kb, int t) const {
+        const int k0 = kb * tc::kBlockK + 8 * t;
+        return {k0, min(8, k - k0)};
+    }
+    __device__ KPtr none() const { return {0, 0}; }
+    __device__ KPtr kptr(const Row& r, const KBlock& b) const {
+        // Offsets fit in 32 bits: A holds fewer than 2^31 elements (the caller checks).
+        return {r.offset < 0 ? 0 : static_cast<int>(r.offset) + b.k0, r.offset < 0 ? 0 : b.count};
+    }
+    __device__ float2 fetch2(const KPtr& p, int e) const {
+        const float* q = a + p.offset + e;
+        if (pairs_aligned) {  // one 8-byte load, or at an odd K's end the first value alone
+            const float2 pair = load2_or_zero(q, p.count >= e + 2);
+            const float last = load_or_zero(q, p.count == e + 1);
+            return p.count >= e + 2 ? pair : make_float2(last, 0.0f);
+        }
+        return make_float2(load_or_zero(q, e < p.count), load_or_zero(q + 1, e + 1 < p.count));
+    }
+};
+
+// B (K x N row-major, batch stride stride_b) as the engine's N x K matrix B(entry, n, k).
+struct RowMajorB {
+    const float* b;
+    int n, k, ldb;
+    long long stride_b;
+    __device__ float operator()(int entry, int col, int row) const {
+        return col < n && row < k ? b[entry * stride_b + static_cast<long long>(row) * ldb + col]
+                                  : 0.0f;
+    }
+};
+
+// C = A @ B + bias[row], row-major with leading dimension ldc.
+struct RowMajorStore {
+    float* c;
+    const float* bias;  // may be nullptr
+    int m, n, ldc;
+    long long stride_c;
+    bool pairs_aligned;
+    struct Prepared {};
+    __device__ Prepared prepare(const tc::TileCoords&) const { return {}; }
+    template <int BN, int MB>
+    __device__ void store(const float (&acc)[MB][BN / 2], const tc::TileCoords& tc,
+                          const Prepared&) const {
+        const int t = tc.lane % 4;
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = tc.m0 + tc.warpgroup * 64 * MB + mb * 64 + tc.warp * 16 +
+                              tc.lane / 4 + 8 * h;
+                if (r >= m) continue;
+                const float row_bias = bias != nullptr ? bias[r] : 0.0f;
+                float* out = c + tc.batch * stride_c + static_cast<long long>(r) * ldc;
+#pragma unroll
+                for (int nb = 0; nb < BN / 8; ++nb) {
+                    const int col = tc.n0 + 8 * nb + 2 * t;
+                    const float v0 = acc[mb][4 * nb + 2 * h] + row_bias;
+                    const float v1 = acc[mb][4 * nb + 2 * h + 1] + row_bias;
+                    if (pairs_aligned && col + 1 < n) {
+                        *reinterpret_cast<float2*>(out + col) = make_float2(v0, v1);
+                    } else {
+                        if (col < n) out[col] = v0;
+                        if (col + 1 < n) out[col + 1] = v1;
+                    }
+                }
+            }
+    }
+};
+
+constexpr int kTcBN = 128, kTcMB = 1, kTcStages = 4;
+
+inline tc::PackedB tc_layout(int n, int k, int entries) {
+    return tc::packed_b_layout(kTcBN, n, k, entries);
+}
+
+}  // namespace gemm_v5
+
+namespace {
+
+// v5: the product on the tensor cores, a chunk of batch entries at a time when B is batched
+// and the workspace does not hold every entry's packed B.
+cudaError_t launch_v5_tensor_cores(const GemmArgs& g, void* workspace, long long workspace_bytes,
+                                   cudaStream_t stream) {
+    using namespace gemm_v5;
+    const bool b_shared = g.stride_b == 0;
+    // Batch entries per launch: all of them, or (a batched B) as many as the workspace holds.
+    const long long per_entry = tc_layout(g.N, g.K, 1).tiles_bytes();
+    const long long room = workspace_bytes - tc_layout(g.N, g.K, 0).bytes();  // minus the flags
+    const int chunk = b_shared ? g.batch
+                               : static_cast<int>(room / per_entry < g.batch ? room / per_entry
+                                                                             : g.batch);
+    if (chunk <= 0) return cudaErrorInvalidValue;  // the workspace holds not even one B
+    auto* packed = static_cast<uint8_t*>(workspace);
+    const bool a_pairs = g.lda % 2 == 0 && g.stride_a % 2 == 0 &&
+                         reinterpret_cast<uintptr_t>(g.A) % 8 == 0;
+    const bool c_pairs = g.ldc % 2 == 0 && g.stride_c % 2 == 0 &&
+                         reinterpret_cast<uintptr_t>(g.C) % 8 == 0;
+    for (int b0 = 0; b0 < g.batch; b0 += chunk) {
+        const int count = g.batch - b0 < chunk ? g.batch - b0 : chunk;
+        const tc::PackedB layout = tc_layout(g.N, g.K, b_shared ? 1 : count);
+        cudaError_t err = tc::pack_b<kTcBN>(
+            RowMajorB{g.B + b0 * g.stride_b, g.N, g.K, g.ldb, g.stride_b}, packed, layout,
+            stream);
+        if (err != cudaSuccess) return err;
+        const RowMajorRows rows{g.A + b0 * g.stride_a, g.M, g.K, g.lda, g.stride_a, a_pairs};
+        const RowMajorStore store{g.C + b0 * g.stride_c, g.bias, g.M, g.N, g.ldc, g.stride_c,
+                                  c_pairs};
+        err = g.tf32 ? tensor_core_launch<kTcBN, kTcMB, kTcStages, 1, true>(
+                           g.engine, rows, store, packed, layout, g.M, count, b_shared, stream)
+                     : tensor_core_launch<kTcBN, kTcMB, kTcStages, 1, false>(
+                           g.engine, rows, store, packed, layout, g.M, count, b_shared, stream);
+        if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace scratchops
