@@ -8,6 +8,13 @@
 
 namespace scratchops {
 
+// ------------------------------------------------------------------------------ limits
+// gridDim.y and gridDim.z are at most 65535: launchers split larger counts into pieces.
+constexpr int kMaxGridYZ = 65535;
+// The most elements a buffer indexed with 32-bit offsets holds, and the most blocks of a
+// grid's x dimension (launchers.h: each buffer has fewer than 2^31 elements).
+constexpr long long kMaxInt32Count = 0x7fffffffLL;
+
 // Maximum and minimum that return NaN when either side is NaN, as torch.maximum,
 // torch.minimum, torch.clamp and max_pool2d do (fmaxf/fminf would drop the NaN). sm_80 has
 // them as single instructions (max.NaN / min.NaN); the comparisons and a select otherwise.

@@ -38,7 +38,7 @@ cudaError_t conv_gn_pool_launch(int version, const float* x, const void* packed,
                         g.out_w / kPool};
     const tc::PackedB layout = conv_tc::weight_layout(g, out_channels, kBN);
     const long long rows = static_cast<long long>(batch) * bands.tiles_per_image * kTileRows;
-    if (rows > 0x7fffffffLL) return cudaErrorInvalidValue;
+    if (rows > kMaxInt32Count) return cudaErrorInvalidValue;
     const auto* p = static_cast<const uint8_t*>(packed);
     cudaError_t err = cudaSuccess;
     BandPixels finalize_bands = bands;  // the tiles whose statistics the finalize merges

@@ -21,6 +21,7 @@
 //      of divided out per element, leaving a multiply-add, a bounds test, a load and a
 //      store per element. Same access pattern as v1. conv2d's im2col path uses v2.
 
+#include "common.cuh"
 #include "launchers.h"
 
 namespace scratchops {
@@ -195,7 +196,7 @@ cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
                           cudaStream_t stream) {
     // Kept although the binding checks its output's size: conv2d_im2col_launch's chunks are
     // sized by a caller's workspace budget, which may allow more than 2^31 floats.
-    if (cols_elements(batch, g, pixel_count) > 0x7fffffffLL) return cudaErrorInvalidValue;
+    if (cols_elements(batch, g, pixel_count) > kMaxInt32Count) return cudaErrorInvalidValue;
     switch (version) {
         case 1: return launch_v1_per_element(x, cols, batch, g, pixel_begin, pixel_count, stream);
         case 2: return launch_v2_rows(x, cols, batch, g, pixel_begin, pixel_count, stream);

@@ -10,9 +10,8 @@
 namespace scratchops {
 namespace {
 
-// Grid limits: gridDim.y and gridDim.z are at most 65535. gemm_launch splits the rows and
-// the batch into pieces that fit, so each version's launcher may assume they do.
-constexpr int kMaxGridYZ = 65535;
+// (gemm_launch splits the rows and the batch into pieces of at most kMaxGridYZ blocks,
+// common.cuh, so each version's launcher may assume they fit.)
 
 // Pointer to batch entry blockIdx.z of a strided batch (64-bit: the batch as a whole may
 // span more than 2^31 floats).

@@ -62,7 +62,6 @@ __device__ __forceinline__ float window_max(const float* src, const PoolGeometry
 
 // ------------------------------------------------------------------ v1: output grid
 constexpr int kTile = 16;  // 16 x 16 threads per block
-constexpr int kMaxGridYZ = 65535;
 
 // Thread (ow, oh) of block (bx, by, bz) handles output column ow = bx*16 + tx, rows oh =
 // by*16 + ty + k*gridDim.y*16 and planes bz + k*gridDim.z. (Unsigned counters: a step past

@@ -190,7 +190,7 @@ cudaError_t prepare_launch(std::atomic<unsigned long long>& done, Kernel kernel,
     if (err != cudaSuccess) return err;
     grid = TileGrid{(m_rows + bm - 1) / bm, layout.n_tiles, batch, b_shared};
     const long long count = static_cast<long long>(grid.m_tiles) * grid.n_tiles * batch;
-    if (count > 0x7fffffffLL) return cudaErrorInvalidValue;
+    if (count > kMaxInt32Count) return cudaErrorInvalidValue;
     tiles = count > 0 ? static_cast<int>(count) : 0;
     return cudaSuccess;
 }
