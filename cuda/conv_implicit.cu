@@ -39,7 +39,7 @@ struct ConvStore {
         const int t = tc.lane % 4;
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb) {
-            const int row = tc.m0 + tc.warpgroup * 64 * MB + mb * 64 + tc.warp * 16 + tc.lane / 4;
+            const int row = tc.m0 + tc.template tile_row<MB>(mb, 0);
             float* out[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {

@@ -80,8 +80,7 @@ struct RowMajorStore {
         for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int r = tc.m0 + tc.warpgroup * 64 * MB + mb * 64 + tc.warp * 16 +
-                              tc.lane / 4 + 8 * h;
+                const int r = tc.m0 + tc.template tile_row<MB>(mb, h);
                 if (r >= m) continue;
                 const float row_bias = bias != nullptr ? bias[r] : 0.0f;
                 float* out = c + tc.batch * stride_c + static_cast<long long>(r) * ldc;

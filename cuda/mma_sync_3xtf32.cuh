@@ -40,7 +40,6 @@
 namespace scratchops {
 namespace mma_sync {
 
-using tc::kBlockK;
 using tc::PackedB;
 using tc::TileCoords;
 using tc::TileGrid;
@@ -107,15 +106,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         cp_async_commit();
     };
 
-    // Rows (mb, h) of this thread inside the tile, as tf32x3.cuh's tile_row.
-    auto tile_row = [&](int mb, int h) {
-        return warp_group * 64 * MB + mb * 64 + warp * 16 + quad_row + 8 * h;
-    };
+    const TileCoords me{0, 0, 0, warp_group, warp, lane};  // this thread's place in the tile
     typename ALoader::Row rows[MB][2];
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) rows[mb][h] = loader.row(b, mt * Cfg::kBM + tile_row(mb, h));
+        for (int h = 0; h < 2; ++h) rows[mb][h] = loader.row(b, mt * Cfg::kBM + me.tile_row<MB>(mb, h));
     typename ALoader::KPtr next[MB][2];  // where k-block next_kb's values are
     auto point_at = [&](int kb) {
         const typename ALoader::KBlock blk = loader.kblock(kb, quad_col);
@@ -140,10 +136,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
 
-    // Byte offset of (row n = 8 nb + g, logical column 8s + t + 4 half) in a packed tile:
-    // tc::packed_offset with n % 8 = g, worked out once.
+    // Byte offset of B's fragment value (row n = 8 nb + g, logical column 8s + t + 4 half).
     auto b_offset = [&](int nb, int s, int half) {
-        return (8 * nb + quad_row) * 128 + (((2 * s + half) ^ quad_row) * 16) + 4 * quad_col;
+        return tc::packed_offset(8 * nb + quad_row, 8 * s + quad_col + 4 * half);
     };
 
     const int group = kTf32 ? num_kb : kGroup;
@@ -213,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
     }
     const typename Epilogue::Prepared prepared =
-        epilogue.prepare(TileCoords{0, 0, 0, warp_group, warp, lane});
+        epilogue.prepare(me);
     epilogue.template store<BN, MB>(
         total, TileCoords{b, mt * Cfg::kBM, nt * BN, warp_group, warp, lane}, prepared);
 #else

@@ -140,6 +140,13 @@ __device__ __forceinline__ bool b_has_nonfinite(const uint8_t* packed, const Pac
 struct TileCoords {
     int batch, m0, n0;
     int warpgroup, warp, lane;  // this thread within the consumers
+    // The row, inside a tile of 2 x 64 x MB rows, of this thread's accumulators (and A rows)
+    // of 64-row block mb, half h (the layout above): written once for both engines and
+    // every epilogue.
+    template <int MB>
+    __device__ int tile_row(int mb, int h) const {
+        return warpgroup * 64 * MB + mb * 64 + warp * 16 + lane / 4 + 8 * h;
+    }
 };
 
 // Tile t (of batch * m_tiles * n_tiles) covers batch entry t / (m_tiles * n_tiles), rows

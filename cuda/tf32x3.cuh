@@ -131,14 +131,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     const int warpgroup = threadIdx.x / 128 - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    const int quad_row = lane / 4, quad_col = lane % 4;
-    // Row (mb, h) of this thread inside a tile.
-    auto tile_row = [&](int mb, int h) {
-        return warpgroup * 64 * MB + mb * 64 + warp * 16 + quad_row + 8 * h;
-    };
+    const int quad_col = lane % 4;
+    const TileCoords me{0, 0, 0, warpgroup, warp, lane};  // this thread's place in a tile
 
     const typename Epilogue::Prepared prepared =
-        epilogue.prepare(TileCoords{0, 0, 0, warpgroup, warp, lane});
+        epilogue.prepare(me);
 
     // total: the tile's result so far, summed with fp32 adds. part: one k-block's products,
     // summed by the tensor cores (see "partial sums" at the top). The TF32 mode sums the
@@ -176,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    rows[mb][h] = loader.row(b, mt * Cfg::kBM + tile_row(mb, h));
+                    rows[mb][h] = loader.row(b, mt * Cfg::kBM + me.tile_row<MB>(mb, h));
         }
         const typename ALoader::KBlock blk = loader.kblock(next_kb, quad_col);
 #pragma unroll
