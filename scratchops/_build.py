@@ -104,6 +104,7 @@ def _needs_compile(build_dir: Path) -> bool:
 
 _lock = threading.Lock()
 _ops = None  # torch.ops.scratchops_cuda once the extension is loaded
+_module = None  # the extension as a Python module: the direct calls (binding.cpp's end)
 
 
 def ops():
@@ -117,7 +118,7 @@ def ops():
 
 
 def _load():
-    global _ops
+    global _ops, _module
     with _lock:
         if _ops is not None:
             return _ops
@@ -134,7 +135,7 @@ def _load():
                   flush=True)
         # Explicit -gencode flags (torch adds none of its own when these are given).
         gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in architectures()]
-        cpp_extension.load(
+        module = cpp_extension.load(
             name=EXTENSION_NAME,
             sources=[str(s) for s in kernel_sources()],
             extra_include_paths=[str(cuda_dir())],
@@ -143,11 +144,19 @@ def _load():
             # the kernels must match torch's fp32 results within report.ATOL.
             extra_cuda_cflags=["-O3", "-lineinfo", "-std=c++17", *gencode],
             build_directory=str(build_dir),
-            is_python_module=False,
+            is_python_module=True,
             verbose=os.environ.get("SCRATCHOPS_VERBOSE_BUILD") == "1",
         )
+        _module = module
         _ops = torch.ops.scratchops_cuda
         return _ops
+
+
+def direct_calls():
+    """The extension's Python module, one function per public operator that calls it
+    through the C++ dispatcher below autograd (binding.cpp), building it on first use."""
+    ops()
+    return _module
 
 
 def loaded() -> bool:

@@ -24,7 +24,10 @@ tensors it raises like on the GPU.
 
 from __future__ import annotations
 
+import types
+
 import torch
+from torch._C import _AutoDispatchBelowAutograd
 from torch._subclasses.fake_tensor import is_fake
 
 from . import _build, _fakes
@@ -67,19 +70,36 @@ def _placeholder_cuda_kernel(name: str):
     return kernel
 
 
+def _below_autograd(name: str):
+    def call(*args):
+        with _AutoDispatchBelowAutograd():
+            return getattr(OPS, name).default(*args)
+
+    call.__name__ = name
+    return call
+
+
+# The calls scratchops/ops.py makes when no gradient is wanted: KERNELS.<name>(*args) runs the
+# public operator <name> below autograd. Until the CUDA kernels are installed, through
+# torch.ops (below); after, binding.cpp's direct calls, which do the same from C++ without
+# torch.ops' argument parsing.
+KERNELS = types.SimpleNamespace(**{name: _below_autograd(name) for name in SCHEMAS})
 cuda_kernels_installed = False
 
 
 def install_cuda_kernels() -> None:
     """Make binding.cpp's implementations the public operators' CUDA kernels (building and
-    loading the extension first), once; RuntimeError saying why when they cannot run here.
-    Call it outside any scratchops kernel (see the top)."""
+    loading the extension first), and its direct calls the KERNELS, once; RuntimeError saying
+    why when they cannot run here. Call it outside any scratchops kernel (see the top)."""
     global cuda_kernels_installed
     if cuda_kernels_installed:
         return
     cuda = _build.ops()
     _PLACEHOLDERS._destroy()
     cuda.register_public_kernels()
+    direct = _build.direct_calls()
+    for name in SCHEMAS:
+        setattr(KERNELS, name, getattr(direct, name))
     cuda_kernels_installed = True
 
 

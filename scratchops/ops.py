@@ -6,11 +6,13 @@ contiguous and on one CUDA device (or the meta device / fake tensors, for tracin
 copied or converted silently.
 
 Two ways to the operator, one set of rules:
-  direct   When no gradient is wanted and the call is not being traced by torch.compile
-           (`_direct`), and the arguments are plain Python ints, floats and tuples of ints
-           (`_ints`, `_numbers`), the function calls the operator's kernel at once, below
-           autograd (`_kernel`): binding.cpp checks the arguments cheaply in C++ and launches.
-           Host cost: about one dispatcher call, as torch's own operators.
+  direct   When no gradient is wanted, the call is not being traced by torch.compile and no
+           __torch_function__ applies (`_direct`), and the arguments are plain Python ints,
+           floats and tuples of ints (`_ints`, `_numbers`), the function calls
+           _library.KERNELS.<name>: once the CUDA kernels are installed, binding.cpp's direct
+           call, which converts the arguments in C++ and calls the operator through the C++
+           dispatcher below autograd; binding.cpp's kernel checks the arguments cheaply and
+           launches. Host cost: less than torch's own operators' (no torch.ops parsing).
   checked  Otherwise, and whenever the direct call refuses its arguments, the function asks
            scratchops._validate (the same check the operator's fake runs), which raises the
            clear error for bad arguments or normalises good ones (numpy and 0-dim integers,
@@ -23,11 +25,11 @@ So every error message comes from the validator, and binding.cpp refuses what it
 from __future__ import annotations
 
 import torch
-from torch._C import _any_requires_grad, _AutoDispatchBelowAutograd, is_grad_enabled
+from torch._C import _any_requires_grad, _has_torch_function, is_grad_enabled
 from torch.compiler import is_compiling
 
 from . import _library, _validate
-from ._library import OPS
+from ._library import KERNELS, OPS
 from .versions import (CONV2D_ALGORITHMS, DEFAULT_CONV2D_ALGORITHM, DEFAULT_CONV_GN_POOL_VERSION,
                        DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_GEMM_VERSION,
                        DEFAULT_GROUP_NORM_VERSION,
@@ -43,9 +45,12 @@ _REFUSED = (RuntimeError, ValueError, TypeError, NotImplementedError)
 
 def _direct(x, *tensors) -> bool:
     """Whether this call may go straight to the kernel: eager (torch.compile traces the
-    checked path) and no gradient wanted. On a CUDA tensor, the compiled kernels are installed
-    first (when they cannot be, the checked path raises the argument error or says why)."""
-    if is_compiling() or (is_grad_enabled() and _any_requires_grad(x, *tensors)):
+    checked path), no gradient wanted, and no __torch_function__ to honour (a tensor subclass
+    or a TorchFunctionMode: torch.ops handles those on the checked path). On a CUDA tensor,
+    the compiled kernels are installed first (when they cannot be, the checked path raises
+    the argument error or says why)."""
+    if (is_compiling() or (is_grad_enabled() and _any_requires_grad(x, *tensors))
+            or _has_torch_function((x, *tensors))):
         return False
     if not _library.cuda_kernels_installed and isinstance(x, torch.Tensor) and x.is_cuda:
         try:
@@ -78,13 +83,6 @@ def _numbers(*values) -> bool:
     return True
 
 
-def _kernel(op, *args):
-    """op's kernel for args, below autograd (the caller has checked that no gradient is
-    wanted), or the exception it refuses them with."""
-    with _AutoDispatchBelowAutograd():
-        return op(*args)
-
-
 def _batched(x, name: str):
     """(x as 4-D, whether it came unbatched) for a (N, C, H, W) or (C, H, W) input."""
     _validate.check_tensor(x, name, (3, 4))
@@ -104,7 +102,7 @@ def im2col(input, kernel_size, dilation=1, padding=0, stride=1, *,
     """
     if _direct(input) and _ints(kernel_size, dilation, padding, stride, version):
         try:
-            return _kernel(OPS.im2col.default, input, kernel_size, dilation, padding, stride,
+            return KERNELS.im2col(input, kernel_size, dilation, padding, stride,
                            version)
         except _REFUSED:
             pass
@@ -130,7 +128,7 @@ def gemm(a, b, bias=None, *, version: int | None = DEFAULT_GEMM_VERSION):
     """
     if _direct(a, b, bias) and (version is None or _ints(version)):
         try:
-            return _kernel(OPS.gemm.default, a, b, bias, version)
+            return KERNELS.gemm(a, b, bias, version)
         except _REFUSED:
             pass
     args, _ = _validate.gemm_args(a, b, bias, version)
@@ -156,7 +154,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
                                                workspace_bytes, gemm_version)
             and groups == 1 and type(algorithm) is str and algorithm in CONV2D_ALGORITHMS):
         try:
-            return _kernel(OPS.conv2d.default, input, weight, bias, stride, padding, dilation,
+            return KERNELS.conv2d(input, weight, bias, stride, padding, dilation,
                            CONV2D_ALGORITHMS[algorithm], workspace_bytes, gemm_version)
         except _REFUSED:
             pass
@@ -177,7 +175,7 @@ def conv2d_min_add_mul(input, weight, conv_bias, constant, bias, factor, stride=
     if (_direct(input, weight, conv_bias, bias) and _ints(stride, padding, dilation)
             and _numbers(constant, factor)):
         try:
-            return _kernel(OPS.conv2d_min_add_mul.default, input, weight, conv_bias, stride,
+            return KERNELS.conv2d_min_add_mul(input, weight, conv_bias, stride,
                            padding, dilation, constant, bias, factor)
         except _REFUSED:
             pass
@@ -200,7 +198,7 @@ def conv2d_group_norm_pool_clamp(input, weight, conv_bias, num_groups, gn_weight
     if (_direct(input, weight, conv_bias, gn_weight, gn_bias, scale) and _ints(num_groups, version)
             and _numbers(eps, min, max)):
         try:
-            return _kernel(OPS.conv2d_group_norm_pool_clamp.default, input, weight, conv_bias,
+            return KERNELS.conv2d_group_norm_pool_clamp(input, weight, conv_bias,
                            num_groups, gn_weight, gn_bias, scale, eps, min, max, version)
         except _REFUSED:
             pass
@@ -232,7 +230,7 @@ def _group_norm(input, num_groups, weight, bias, scale, eps, version, needs_scal
     if (_direct(input, weight, bias, scale) and _ints(num_groups, version) and _numbers(eps)
             and not (needs_scale and scale is None)):
         try:
-            return _kernel(OPS.group_norm.default, input, num_groups, weight, bias, scale, eps,
+            return KERNELS.group_norm(input, num_groups, weight, bias, scale, eps,
                            version)
         except _REFUSED:
             pass
@@ -246,7 +244,7 @@ def scale(input, scale):
     """input * scale with one value per channel: scale of shape (C,) or (C, 1, ..., 1)."""
     if _direct(input, scale):
         try:
-            return _kernel(OPS.scale.default, input, scale)
+            return KERNELS.scale(input, scale)
         except _REFUSED:
             pass
     args, _ = _validate.scale_args(input, scale)
@@ -267,7 +265,7 @@ def _max_pool2d_clamp_direct(input, kernel_size, stride, padding, lo, hi, versio
     if _direct(input) and _ints(kernel_size, padding, version) and _numbers(lo, hi) and (
             stride is None or _ints(stride)):
         try:
-            return _kernel(OPS.max_pool2d_clamp.default, input, kernel_size,
+            return KERNELS.max_pool2d_clamp(input, kernel_size,
                            kernel_size if stride is None else stride, padding, lo, hi, version)
         except _REFUSED:
             pass
@@ -295,7 +293,7 @@ def clamp(input, min=None, max=None):
         lo, hi = -_INF if min is None else min, _INF if max is None else max
         if _numbers(lo, hi):
             try:
-                return _kernel(OPS.clamp.default, input, lo, hi)
+                return KERNELS.clamp(input, lo, hi)
             except _REFUSED:
                 pass
     args, _ = _validate.clamp_args(input, min, max)
@@ -322,7 +320,7 @@ def min_add_mul(input, constant, bias, factor):
     one value per channel, shape (C,) or (C, 1, ..., 1). NaN propagates through the min."""
     if _direct(input, bias) and _numbers(constant, factor):
         try:
-            return _kernel(OPS.min_add_mul.default, input, constant, bias, factor)
+            return KERNELS.min_add_mul(input, constant, bias, factor)
         except _REFUSED:
             pass
     args, _ = _validate.min_add_mul_args(input, constant, bias, factor)

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -66,9 +67,14 @@ def test_binding_compiles_against_torch_headers(tmp_path):
     macros = tmp_path / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
     macros.parent.mkdir(parents=True)
     macros.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
-    includes = [f"-isystem{p}" for p in cpp_extension.include_paths()]
+    # (the binding is also a Python module: Python's headers and the module's name)
+    python_include = sysconfig.get_paths()["include"]
+    if not (Path(python_include) / "Python.h").exists():
+        pytest.skip(f"Python's headers are not installed here ({python_include})")
+    includes = [f"-isystem{p}" for p in [*cpp_extension.include_paths(), python_include]]
     result = subprocess.run(
         [cxx, "-fsyntax-only", "-std=c++17", "-Wall", "-Wextra", "-Werror", *includes,
+         f"-DTORCH_EXTENSION_NAME={_build.EXTENSION_NAME}",
          f"-isystem{tmp_path}", f"-isystem{cuda_include}", f"-I{REPO / 'cuda'}",
          str(_build.BINDING)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-5000:]

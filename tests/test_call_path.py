@@ -206,6 +206,64 @@ def test_arguments_the_direct_path_does_not_take_still_work(call):
     assert out.shape == meta.shape and torch.isfinite(out).all()
 
 
+# ------------------------------------- the direct path keeps what the dispatcher gives
+def _clamp01(t):
+    return scratchops.clamp(t, 0.0, 1.0)
+
+
+@requires_gpu
+def test_direct_path_is_the_extensions_call_once_installed():
+    from scratchops import _library
+
+    _clamp01(rand(3))
+    assert _library.cuda_kernels_installed
+    # (a pybind11 function of binding.cpp, where before installation it is a Python one)
+    assert type(_library.KERNELS.clamp).__name__ == "builtin_function_or_method"
+
+
+@requires_gpu
+def test_direct_path_is_seen_by_dispatch_modes_and_the_profiler():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = rand(2, 3, 8, 8)
+    with torch.no_grad(), Record() as mode:
+        _clamp01(x)
+    assert "scratchops.clamp.default" in mode.seen
+    with torch.no_grad(), torch.profiler.profile() as profile:
+        _clamp01(x)
+    assert any(event.name == "scratchops::clamp" for event in profile.events())
+
+
+@requires_gpu
+def test_direct_path_honours_torch_function_and_tensor_flags():
+    x = rand(4, 5) * 2 - 0.5
+    # A negative view (a flag, not data) is materialised by the dispatcher before the kernel.
+    assert torch.equal(_clamp01(torch._neg_view(x)), torch.clamp(-x, 0.0, 1.0))
+
+    class Logged(torch.Tensor):
+        calls = 0
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.calls += 1
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    with torch.no_grad():
+        out = _clamp01(x.as_subclass(Logged))
+    assert Logged.calls > 0 and torch.equal(out.as_subclass(torch.Tensor), torch.clamp(x, 0, 1))
+    batched = torch.vmap(_clamp01)(x)
+    assert torch.equal(batched, torch.clamp(x, 0.0, 1.0))
+
+
 # ------------------------------------------------------------------------------ TF32
 def _tf32(on: bool):
     torch.backends.cudnn.allow_tf32 = on

@@ -15,6 +15,13 @@
 // buffers when an operator is called directly. The rest is the launchers' contract
 // (cuda/launchers.h).
 //
+// The direct calls: the same file is also a Python module (scratchops_kernels) with one function
+// per operator, which scratchops/ops.py calls when no gradient is wanted. Each converts its
+// Python arguments with pybind11 and calls the public operator through the C++ dispatcher,
+// below autograd: every dispatch key still applies (fake tensors, dispatch modes, the
+// profiler, vmap, tracing), but the call skips torch.ops' schema-driven argument parsing,
+// which cost more host time than the rest of the call.
+//
 // Precision: the convolutions follow torch's cuDNN TF32 switch and gemm the matmul one, read
 // at each call as torch's own operators read them (see conv2d_uses_tf32 in launchers.h).
 
@@ -25,6 +32,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/accumulate.h>
+#include <torch/extension.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -488,6 +496,39 @@ void register_public_kernels() {
 
 }  // namespace
 
+// --------------------------------------------------------------------------- direct calls
+// A Python int or tuple / list of ints, read as the schemas' int[2] reads it: one int n stands
+// for (n, n). Exact ints only (no bool or numpy integer): what this refuses, Python's checked
+// path normalises or refuses with the validator's message.
+struct IntList {
+    std::vector<int64_t> values;
+    operator IntArrayRef() const { return values; }
+};
+
+// Each argument type as the direct call takes it from Python: IntArrayRef as an IntList, the
+// rest as themselves.
+template <class T>
+struct FromPython { using type = T; };
+template <>
+struct FromPython<IntArrayRef> { using type = IntList; };
+
+// The Python function `name` of the module: its arguments converted, then the public operator
+// scratchops::<name> called through the dispatcher below autograd (the caller has checked
+// that no gradient is wanted), with the GIL released as torch's own operators release it.
+template <class Result, class... Args>
+void def_direct_call(pybind11::module_& module, const char* name, Result (*)(Args...)) {
+    const auto op = c10::Dispatcher::singleton()
+                        .findSchemaOrThrow((std::string("scratchops::") + name).c_str(), "")
+                        .typed<Result(Args...)>();
+    module.def(
+        name,
+        [op](typename FromPython<std::decay_t<Args>>::type... args) -> Result {
+            at::AutoDispatchBelowAutograd below_autograd;
+            return op.call(args...);
+        },
+        pybind11::call_guard<pybind11::gil_scoped_release>());
+}
+
 // The same implementations as scratchops_cuda::<name>, with schemas inferred from the C++
 // signatures, for the placeholders to call before register_public_kernels has run.
 TORCH_LIBRARY(scratchops_cuda, m) {
@@ -501,3 +542,42 @@ TORCH_LIBRARY(scratchops_cuda, m) {
 }
 
 }  // namespace scratchops
+
+namespace pybind11::detail {
+template <>
+struct type_caster<scratchops::IntList> {
+    PYBIND11_TYPE_CASTER(scratchops::IntList, const_name("int | tuple[int, ...]"));
+
+    bool load(handle source, bool /*convert*/) {
+        PyObject* object = source.ptr();
+        if (PyLong_CheckExact(object)) {
+            int64_t v = 0;
+            if (!exact_int(object, v)) return false;
+            value.values.assign(2, v);
+            return true;
+        }
+        if (!PyTuple_CheckExact(object) && !PyList_CheckExact(object)) return false;
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(object);
+        PyObject** items = PySequence_Fast_ITEMS(object);
+        value.values.resize(static_cast<size_t>(n));
+        for (Py_ssize_t i = 0; i < n; ++i)
+            if (!PyLong_CheckExact(items[i]) || !exact_int(items[i], value.values[i])) return false;
+        return true;
+    }
+
+  private:
+    static bool exact_int(PyObject* object, int64_t& v) {  // false past 64 bits
+        int overflow = 0;
+        v = PyLong_AsLongLongAndOverflow(object, &overflow);
+        return overflow == 0 && !(v == -1 && PyErr_Occurred());
+    }
+};
+}  // namespace pybind11::detail
+
+// The module scratchops/_build.py loads: one direct call per public operator (the schemas,
+// defined by scratchops/_library.py, exist before it loads).
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+    scratchops::each_operator([&](const char* name, auto* implementation) {
+        scratchops::def_direct_call(module, name, implementation);
+    });
+}

@@ -2,10 +2,11 @@
 operator, the torch ops it replaces), and each problem's ModelNew beside KernelBench's Model.
 
 Inputs are tiny and the host time is the CPU's alone: Python, the dispatcher, argument
-checks, allocation and launches, timed in short rounds that never wait for the GPU
-(timing.host_us_per_call). Beside it, each call's time in a loop, which is the GPU's where
-the GPU is the slower side (a tiny convolution's k-loop runs its latency, not its work).
-Under torch.no_grad, as inference runs; TF32 off (either way the same host work).
+checks, allocation and launches, timed in short rounds that never wait for the GPU, torch's
+call and ours taking turns (timing.host_us_per_call). Beside it, each call's time in a loop,
+which is the GPU's where the GPU is the slower side (a tiny convolution's k-loop runs its
+latency, not its work). Under torch.no_grad, as inference runs; TF32 off (either way the
+same host work).
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def _pairs() -> list[tuple[str, object, object]]:
 
 
 def _row(call: str, theirs, ours) -> dict:
-    torch_us, torch_loop_us = host_us_per_call(theirs)
-    scratchops_us, scratchops_loop_us = host_us_per_call(ours)
+    (torch_us, torch_loop_us), (scratchops_us, scratchops_loop_us) = \
+        host_us_per_call(theirs, ours)
     return {"call": call, "torch_us": torch_us, "scratchops_us": scratchops_us,
             "torch_loop_us": torch_loop_us, "scratchops_loop_us": scratchops_loop_us}
 

@@ -121,33 +121,40 @@ def time_synchronized(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
     return Timing.from_samples(samples)
 
 
-def host_us_per_call(fn: Callable[[], object], *, calls: int = 100,
-                     rounds: int = 30) -> tuple[float, float]:
-    """(host µs, loop µs) of one call of `fn`.
+def host_us_per_call(*fns: Callable[[], object], calls: int = 100,
+                     rounds: int = 30) -> list[tuple[float, float]]:
+    """(host µs, loop µs) of one call of each of `fns`, measured side by side.
 
     host: the CPU time of queueing a call, timed over rounds of `calls` calls that start on an
     idle GPU and stay well inside the launch queue, so that the host never waits for the GPU
     (rounds of thousands would time the GPU instead wherever it is the slower side); the
-    fastest of `rounds` rounds, after a warm-up (other work on a shared host only adds time). loop: a call's share of a round of calls in a
-    loop, between events on the GPU: the pace of the slower side, so above `host` exactly when
-    the GPU's work for the call takes longer than the host's."""
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    per_round = []
-    for _ in range(rounds):
-        start = time.perf_counter()
+    fastest of `rounds` rounds, after a warm-up (other work on a shared host only adds time).
+    The functions take turns round by round, so a slow spell of the host falls on all of
+    them alike. loop: a call's share of a round of calls in a loop, between events on the
+    GPU: the pace of the slower side, so above `host` exactly when the GPU's work for the call
+    takes longer than the host's."""
+    for fn in fns:
         for _ in range(calls):
             fn()
-        per_round.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return min(per_round), begin.elapsed_time(end) / calls * 1e3
+    torch.cuda.synchronize()
+    per_round: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, times in zip(fns, per_round):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    results = []
+    for fn, times in zip(fns, per_round):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        results.append((min(times), begin.elapsed_time(end) / calls * 1e3))
+    return results
 
 
 @contextlib.contextmanager
