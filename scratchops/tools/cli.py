@@ -4,6 +4,8 @@
                      torch (fp32 and float64) and timed beside torch eager and torch.compile
   scratchops bench   microbenchmarks of every kernel against its torch counterpart and the
                      measured ceilings (scratchops.tools.bench), written as JSON and PNG plots
+  scratchops sass    a kernel file's machine code counted by kind of instruction, per kernel
+                     (scratchops.tools.sass): no GPU needed
 
 Exit status: 0 on success, 1 when a scratchops result is not allclose to torch's, 2 for a
 usage error or when no CUDA GPU (or no nvcc) is available. The last lines printed are a
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import scratchops
 
-from . import bench, main_job
+from . import bench, main_job, sass
 from .main_job import PROBLEM_KEYS
 from .timing import DEFAULT_REPEATS
 
@@ -44,6 +46,17 @@ def _kernel_name(text: str) -> str:
     return text
 
 
+def _kernel_file(text: str) -> Path:
+    from .._build import cuda_dir
+
+    for candidate in (Path(text), cuda_dir() / text):
+        if candidate.is_file() and candidate.suffix == ".cu":
+            return candidate
+    raise argparse.ArgumentTypeError(
+        f"no kernel file {text!r} (a .cu path, or one of "
+        f"{', '.join(sorted(p.name for p in cuda_dir().glob('*.cu')))})")
+
+
 def _tensor_core_path_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tensor-core-path", choices=scratchops.TENSOR_CORE_PATHS,
                         default=scratchops.versions.DEFAULT_TENSOR_CORE_PATH,
@@ -56,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="scratchops",
         description="Hand-written CUDA kernels for KernelBench P85 and P31, checked and "
                     "timed against PyTorch. Needs a CUDA GPU.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench}")
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     metavar="{run,bench,sass}")
 
     run = commands.add_parser(
         "run", help="check and time the two KernelBench problems against torch",
@@ -97,6 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
                               help="output directory (default: bench_out)")
     _tensor_core_path_option(bench_parser)
     bench_parser.set_defaults(handler=cmd_bench)
+
+    sass_parser = commands.add_parser(
+        "sass", help="count a kernel file's SASS instructions by kind (no GPU needed)",
+        description="Compile one file of cuda/ for one architecture with nvcc and count its "
+                    "machine code (cuobjdump -sass) per kernel: FFMA, HMMA (mma.sync), HGMMA "
+                    "(wgmma), loads, stores, barriers, ...")
+    sass_parser.add_argument("file", type=_kernel_file, metavar="FILE",
+                             help="a kernel file, by path or by its name in cuda/ "
+                                  "(e.g. gemm.cu)")
+    sass_parser.add_argument("--arch", choices=sass.ARCHITECTURES, default="90a",
+                             help="the architecture, sm_<ARCH> (default: %(default)s)")
+    sass_parser.add_argument("--kernel", metavar="REGEX",
+                             help="only kernels whose name matches REGEX")
+    sass_parser.set_defaults(handler=cmd_sass)
     return parser
 
 
@@ -121,6 +149,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     kernels = list(dict.fromkeys(args.kernels)) or list(bench.KERNELS)
     repeats = args.repeats or (bench.QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     return bench.run_bench(kernels, quick=args.quick, repeats=repeats, out_dir=args.out)
+
+
+def cmd_sass(args: argparse.Namespace) -> int:
+    reason = sass.why_unavailable()
+    if reason is not None:
+        print(f"scratchops sass: {reason}", file=sys.stderr)
+        return 2
+    print(f"{args.file.name} for sm_{args.arch}: SASS instructions per kernel")
+    print(sass.table(sass.instruction_mix(args.file, args.arch), args.kernel))
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:

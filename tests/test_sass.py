@@ -1,0 +1,43 @@
+"""`scratchops sass` (no GPU needed): the SASS of one kernel file, counted per kernel, shows
+each GEMM version's arithmetic where the progression puts it."""
+
+import pytest
+
+from scratchops._build import cuda_dir
+from scratchops.tools import cli, sass
+
+pytestmark = pytest.mark.skipif(sass.why_unavailable() is not None,
+                                reason=f"cannot read SASS here: {sass.why_unavailable()}")
+
+
+def test_gemm_versions_use_the_units_their_idea_names():
+    rows = {r["kernel"]: r for r in sass.instruction_mix(cuda_dir() / "gemm.cu", "90a")}
+    assert rows["gemm_naive_kernel"]["FFMA"] > 0
+    assert rows["gemm_pipelined_kernel"]["FFMA"] >= 512  # 8x8 patch, unrolled over k-steps
+    wgmma = [r for name, r in rows.items() if name.startswith("tf32x3_kernel<")]
+    mma_sync = [r for name, r in rows.items() if name.startswith("mma_sync_kernel<")]
+    assert wgmma and all(r["HGMMA"] > 0 and r["FFMA"] == 0 for r in wgmma)
+    assert mma_sync and all(r["HMMA"] > 0 and r["HGMMA"] == 0 for r in mma_sync)
+    # 3xTF32 issues three products for each of the one-product TF32 mode.
+    assert sorted(r["HMMA"] for r in mma_sync) == [64, 192]
+
+
+def test_the_command_prints_one_row_per_kernel(capsys):
+    assert cli.main(["sass", "pool_clamp.cu", "--arch", "80", "--kernel", "pool"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "pool_clamp.cu for sm_80: SASS instructions per kernel"
+    assert lines[1].split()[:3] == ["kernel", "FFMA", "FMUL/FADD"]
+    assert len(lines) > 2 and all("pool" in line.split()[0] for line in lines[2:])
+
+
+def test_readable_names_keep_template_arguments():
+    assert sass.readable_name("_ZN10scratchops2tc13pack_b_kernelILi128ENS_7gemm_v59RowMajorBEEEvT0_"
+                              "PhNS0_7PackedBE") == "pack_b_kernel<128>"
+    assert sass.readable_name("_Z6kernelPf") == "kernel"
+    assert sass.readable_name("_ZN1a1kILb1ELi3EEEvv") == "k<true, 3>"
+
+
+def test_an_unknown_file_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["sass", "no_such_file.cu"])
+    assert info.value.code == 2 and "no kernel file" in capsys.readouterr().err
