@@ -1,4 +1,5 @@
-// common.cuh — small device helpers shared by the memory-bound kernel files.
+// common.cuh — small device helpers shared by the kernel files: limits, NaN-propagating
+// extremes, warp reductions and the moments of a set of values.
 #pragma once
 
 #include <atomic>
@@ -36,6 +37,62 @@ __device__ __forceinline__ float nan_min(float a, float b) {
     return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b);
 #endif
 }
+
+// ------------------------------------------------------------------- warp reductions
+// A butterfly over a warp's lanes: for d = kFirst, 2 kFirst, ... < kEnd (powers of two),
+// each lane combines its value with that of lane (lane xor d). Each lane ends with the
+// combination over the lanes that differ from it only in those bits of the lane index:
+// <1, 32> is the whole warp; <4, 32> the 8 lanes that share lane % 4 (an mma.sync fragment's
+// column); <8, 32> the 4 lanes that share lane % 8. All 32 lanes must take part.
+__device__ __forceinline__ float shfl_xor(float v, int d) {
+    return __shfl_xor_sync(0xffffffffu, v, d);
+}
+template <int kFirst, int kEnd, class T, class Combine>
+__device__ __forceinline__ T warp_xor_reduce(T value, Combine combine) {
+#pragma unroll
+    for (int d = kFirst; d < kEnd; d *= 2) value = combine(value, shfl_xor(value, d));
+    return value;
+}
+struct Sum {
+    __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct NanMax {
+    __device__ float operator()(float a, float b) const { return nan_max(a, b); }
+};
+
+// ----------------------------------------------------------------------------- moments
+// Count, mean and centred sum of squares (m2) of a set of values: what group norm's
+// statistics are made of, merged without the cancellation of sum-of-squares formulas.
+struct Moments {
+    float count, mean, m2;
+};
+// Welford: the moments after one more value v.
+__device__ __forceinline__ void add_value(Moments& m, float v) {
+    m.count += 1.0f;
+    const float delta = v - m.mean;
+    m.mean += delta / m.count;
+    m.m2 += delta * (v - m.mean);
+}
+// Chan et al.: the moments of the union of two disjoint sets a and b, exact in the mean's
+// centring (no cancellation when |mean| >> std). kEqualCounts: a and b hold as many values
+// (whole pooling windows, say), so b's share of the union is 1/2 exactly, with no division.
+template <bool kEqualCounts = false>
+__device__ __forceinline__ Moments merged(const Moments& a, const Moments& b) {
+    if (!kEqualCounts && b.count == 0.0f) return a;
+    const float total = a.count + b.count;
+    const float delta = b.mean - a.mean;
+    const float share = kEqualCounts ? 0.5f : b.count / total;
+    return {total, a.mean + delta * share, a.m2 + (b.m2 + delta * delta * a.count * share)};
+}
+__device__ __forceinline__ Moments shfl_xor(const Moments& m, int d) {
+    return {shfl_xor(m.count, d), shfl_xor(m.mean, d), shfl_xor(m.m2, d)};
+}
+template <bool kEqualCounts = false>
+struct Merge {
+    __device__ Moments operator()(const Moments& a, const Moments& b) const {
+        return merged<kEqualCounts>(a, b);
+    }
+};
 
 // 16-byte accesses need 16-byte aligned addresses: true for torch's allocations, not always
 // for views that start inside a storage, so the launchers check before choosing float4.

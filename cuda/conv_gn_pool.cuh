@@ -94,22 +94,6 @@ struct Params {
     int groups, pool_h, pool_w;
 };
 
-// Count, mean and centred sum of squares (m2) of a set of values.
-struct Moments {
-    float count, mean, m2;
-};
-// Chan et al.: the moments of the union of a and b, exact in the mean's centring (no
-// cancellation when |mean| >> std). kEqualCounts: a and b hold as many values (whole pooling
-// windows), so b's share of the union is 1/2 exactly, with no division.
-template <bool kEqualCounts = false>
-__device__ __forceinline__ Moments merged(const Moments& a, const Moments& b) {
-    if (!kEqualCounts && b.count == 0.0f) return a;
-    const float total = a.count + b.count;
-    const float delta = b.mean - a.mean;
-    const float share = kEqualCounts ? 0.5f : b.count / total;
-    return {total, a.mean + delta * share, a.m2 + (b.m2 + delta * delta * a.count * share)};
-}
-
 // Window extremes are maxima of sign * x, sign = -1 where gamma * scale < 0 (a minimum:
 // min x = -max(-x)), so one max serves both, with no branch.
 __device__ __forceinline__ float extreme_sign(const Params& p, int cout, int co) {

@@ -66,16 +66,11 @@ __global__ void __launch_bounds__(kFinalizeThreads)
                                         beta != nullptr ? beta[co] : 0.0f,
                                         scale != nullptr ? scale[co] : 1.0f, 0.0f);
     }
-    auto add_lanes = [&](int lanes) {
-        for (int d = lanes / 2; d > 0; d /= 2) {
-            count += __shfl_xor_sync(0xffffffffu, count, d);
-            sum += __shfl_xor_sync(0xffffffffu, sum, d);
-            sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, d);
-        }
-    };
     constexpr int kWarps = kFinalizeThreads / 32;
     __shared__ float per_warp[3][kWarps];
-    add_lanes(32);
+    count = warp_xor_reduce<1, 32>(count, Sum{});
+    sum = warp_xor_reduce<1, 32>(sum, Sum{});
+    sum_sq = warp_xor_reduce<1, 32>(sum_sq, Sum{});
     if (threadIdx.x % 32 == 0) {
         per_warp[0][threadIdx.x / 32] = count;
         per_warp[1][threadIdx.x / 32] = sum;
@@ -86,7 +81,10 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     count = lane < kWarps ? per_warp[0][lane] : 0.0f;
     sum = lane < kWarps ? per_warp[1][lane] : 0.0f;
     sum_sq = lane < kWarps ? per_warp[2][lane] : 0.0f;
-    add_lanes(kWarps);  // every warp alike: lane 0 of each holds the group's sums
+    // Every warp alike: lane 0 of each holds the group's sums.
+    count = warp_xor_reduce<1, kWarps>(count, Sum{});
+    sum = warp_xor_reduce<1, kWarps>(sum, Sum{});
+    sum_sq = warp_xor_reduce<1, kWarps>(sum_sq, Sum{});
     count = __shfl_sync(0xffffffffu, count, 0);
     sum = __shfl_sync(0xffffffffu, sum, 0);
     sum_sq = __shfl_sync(0xffffffffu, sum_sq, 0);

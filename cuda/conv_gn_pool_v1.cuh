@@ -69,11 +69,10 @@ struct StatsAndExtremes {
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const int co = 8 * nb + 2 * t + j;
-                    float s = (valid[0] ? term(v[4 * nb + j], co) : 0.0f) +
-                              (valid[1] ? term(v[4 * nb + 2 + j], co) : 0.0f);
-                    s += __shfl_xor_sync(0xffffffffu, s, 4);
-                    s += __shfl_xor_sync(0xffffffffu, s, 8);
-                    s += __shfl_xor_sync(0xffffffffu, s, 16);
+                    const float s = warp_xor_reduce<4, 32>(
+                        (valid[0] ? term(v[4 * nb + j], co) : 0.0f) +
+                            (valid[1] ? term(v[4 * nb + 2 + j], co) : 0.0f),
+                        Sum{});
                     if (g == 0) partial[cwarp][co] = s;
                 }
         };
@@ -105,9 +104,8 @@ struct StatsAndExtremes {
         // then over its 4 rows, which are 4 warps, through shared memory.
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) {
-            float e = prep.sign[2 * (i / 4) + i % 2] * v[i];
-            e = nan_max(e, __shfl_xor_sync(0xffffffffu, e, 4));
-            e = nan_max(e, __shfl_xor_sync(0xffffffffu, e, 8));
+            const float e = warp_xor_reduce<4, 16>(prep.sign[2 * (i / 4) + i % 2] * v[i],
+                                                   NanMax{});
             const int nb = i / 4, h = (i / 2) % 2, j = i % 2;
             if (g % 4 == 0)
                 extreme[row][4 * (tc.warp % 2) + 2 * h + g / 4][8 * nb + 2 * t + j] = e;

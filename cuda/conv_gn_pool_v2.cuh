@@ -437,11 +437,8 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                     for (int c = 1; c < kPool; ++c)
                         row_sum[r] += in_window(r, c) ? v[r][c] : 0.0f;
                 }
-                auto sum_over_windows = [](float x) {
-#pragma unroll
-                    for (int d = 8; d < 8 * kV2Windows; d *= 2)
-                        x += __shfl_xor_sync(0xffffffffu, x, d);
-                    return x;
+                auto sum_over_windows = [](float x) {  // lanes xor 8, 16
+                    return warp_xor_reduce<8, 8 * kV2Windows>(x, Sum{});
                 };
                 const float sum =
                     sum_over_windows((row_sum[0] + row_sum[1]) + (row_sum[2] + row_sum[3]));
@@ -460,18 +457,12 @@ __global__ void __launch_bounds__(kV2Threads, 1)
                     }
                 }
                 m.m2 = sum_over_windows((row_m2[0] + row_m2[1]) + (row_m2[2] + row_m2[3]));
-                auto merge_lanes = [&](int d, auto equal_counts) {
-                    const Moments other{__shfl_xor_sync(0xffffffffu, m.count, d),
-                                        __shfl_xor_sync(0xffffffffu, m.mean, d),
-                                        __shfl_xor_sync(0xffffffffu, m.m2, d)};
-                    m = merged<decltype(equal_counts)::value>(m, other);
-                };
                 m.mean = fmaf(pair_sign[j], m.mean, pair_bias[j]);  // channel co's moments
                 if (groups_in_lanes) {
                     // The channels of a tile have equal counts: shares of 1/2 exactly.
 #pragma unroll
                     for (int d = 1; d < 8; d *= 2)
-                        if (d < (1 << shape.group_shift)) merge_lanes(d, std::true_type{});
+                        if (d < (1 << shape.group_shift)) m = merged<true>(m, shfl_xor(m, d));
                     const int group = co >> shape.group_shift;
                     if (w == 0 && co == group << shape.group_shift && co < f.cout) {
                         float* out = tile_group_stats + 2 * group * bands.tiles_per_image;

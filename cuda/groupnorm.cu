@@ -42,13 +42,8 @@ struct Sums {
     float a, b;
 };
 
-__device__ __forceinline__ Sums warp_sum(Sums v) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-        v.a += __shfl_down_sync(0xffffffffu, v.a, offset);
-        v.b += __shfl_down_sync(0xffffffffu, v.b, offset);
-    }
-    return v;  // lane 0 holds the warp's sums
+__device__ __forceinline__ Sums warp_sum(Sums v) {  // every lane ends with the warp's sums
+    return {warp_xor_reduce<1, 32>(v.a, Sum{}), warp_xor_reduce<1, 32>(v.b, Sum{})};
 }
 
 // The sums of v over the block, in thread 0: across each warp, then across the warps.
@@ -95,37 +90,7 @@ __global__ void __launch_bounds__(kStatsThreads)
 }
 
 // ------------------------------------------------------------------------- v2: Welford
-struct Welford {
-    float count, mean, m2;  // m2 = sum of squared deviations from mean
-};
-
-__device__ __forceinline__ void welford_add(Welford& w, float v) {
-    w.count += 1.0f;
-    const float delta = v - w.mean;
-    w.mean += delta / w.count;
-    w.m2 += delta * (v - w.mean);
-}
-
-// Chan et al.: the state of the union of two disjoint sets.
-__device__ __forceinline__ Welford welford_merge(const Welford& a, const Welford& b) {
-    const float count = a.count + b.count;
-    if (count == 0.0f) return a;
-    const float delta = b.mean - a.mean;
-    const float b_share = b.count / count;
-    return {count, a.mean + delta * b_share, a.m2 + b.m2 + delta * delta * a.count * b_share};
-}
-
-__device__ __forceinline__ Welford warp_merge(Welford w) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-        Welford other;
-        other.count = __shfl_down_sync(0xffffffffu, w.count, offset);
-        other.mean = __shfl_down_sync(0xffffffffu, w.mean, offset);
-        other.m2 = __shfl_down_sync(0xffffffffu, w.m2, offset);
-        w = welford_merge(w, other);
-    }
-    return w;  // lane 0 holds the warp's state
-}
+// (Moments, add_value (Welford's update) and merged (Chan's merge): common.cuh.)
 
 // Block (n, g) = blockIdx.x reads x[blockIdx.x * group_size, +group_size) and writes
 // stats[2*blockIdx.x] = mean, stats[2*blockIdx.x + 1] = 1/sqrt(var + eps).
@@ -133,28 +98,28 @@ __global__ void __launch_bounds__(kStatsThreads)
     group_stats_kernel(const float* __restrict__ x, float* __restrict__ stats, int group_size,
                        bool vectorized, float eps) {
     const float* group = x + blockIdx.x * group_size;  // < numel < 2^31
-    Welford w = {0.0f, 0.0f, 0.0f};
+    Moments w = {0.0f, 0.0f, 0.0f};
     if (vectorized) {  // group_size % 4 == 0 and x 16-byte aligned
         const float4* group4 = reinterpret_cast<const float4*>(group);
         for (int i = threadIdx.x; i < group_size / 4; i += kStatsThreads) {
             const float4 v = group4[i];
-            welford_add(w, v.x);
-            welford_add(w, v.y);
-            welford_add(w, v.z);
-            welford_add(w, v.w);
+            add_value(w, v.x);
+            add_value(w, v.y);
+            add_value(w, v.z);
+            add_value(w, v.w);
         }
     } else {
-        for (int i = threadIdx.x; i < group_size; i += kStatsThreads) welford_add(w, group[i]);
+        for (int i = threadIdx.x; i < group_size; i += kStatsThreads) add_value(w, group[i]);
     }
 
-    __shared__ Welford warp_states[kWarps];
+    __shared__ Moments warp_states[kWarps];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    w = warp_merge(w);
+    w = warp_xor_reduce<1, 32>(w, Merge<>{});
     if (lane == 0) warp_states[warp] = w;
     __syncthreads();
     if (warp == 0) {
-        w = lane < kWarps ? warp_states[lane] : Welford{0.0f, 0.0f, 0.0f};
-        w = warp_merge(w);
+        w = lane < kWarps ? warp_states[lane] : Moments{0.0f, 0.0f, 0.0f};
+        w = warp_xor_reduce<1, 32>(w, Merge<>{});
         if (lane == 0) {
             const float variance = fmaxf(w.m2 / w.count, 0.0f);  // biased, as torch
             stats[2 * blockIdx.x] = w.mean;
