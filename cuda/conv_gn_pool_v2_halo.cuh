@@ -1,0 +1,230 @@
+// conv_gn_pool_v2_halo.cuh — P85's one pass, v2 (conv_gn_pool_v2.cuh): the shared-memory
+// layout of its warpgroups, and the data movement before the products: the weights re-laid
+// into shared memory once, and per tile the input halo copied from global memory one tile
+// ahead and split into TF32 parts.
+#pragma once
+
+#include "conv_gn_pool.cuh"
+
+namespace scratchops {
+namespace conv_gn_pool {
+
+constexpr int kV2Warpgroups = 3;
+constexpr int kV2Threads = 128 * kV2Warpgroups;
+constexpr int kV2MaxKBlocks = 3;
+enum : int {
+    kV2MaxTaps = 4 * kV2MaxKBlocks,                // a k-block holds 4 taps of 8 channels
+    kV2Windows = kV2BandCols / kPool,              // pooling windows of a tile
+    kWindowPairs = kBN * kV2Windows,               // (channel, window) pairs of a tile
+};
+constexpr int kHaloPixels = 128;  // halo_h x raw_pitch at most
+constexpr int kHaloItems = kHaloPixels * 4;  // (pixel, channels q and q + 4) items of a halo
+constexpr int kWideCopies = kHaloPixels * 8 / 4;  // 16-byte copies of a halo at most
+enum : int { kHaloIters = kHaloItems / 128 };  // items a thread copies and splits (an enum:
+                                               // unused without sm_90a)
+constexpr int kHaloPixelBytes = 32;  // 8 channels, channel-last (see halo_offset)
+constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
+constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row of the staged tile
+
+struct V2Shape {
+    int halo_h, halo_w, taps;
+    // The unsplit halo's row pitch (halo_w rounded up to 4 floats), and whether its rows are
+    // copied 16 bytes at a time (wide: stride_w 1, and width and pad_w multiples of 4, so
+    // that a tile's input rows start 16-byte aligned and each 4-float chunk lies wholly
+    // inside or wholly outside the image) or a float at a time.
+    int raw_pitch, wide;
+    // log2 of the channels a group, where that is 0 to 3: the group then lies in the lanes of
+    // one (channel, window) pair of the epilogue and is merged by shuffles (see (5)); -1 for
+    // other group sizes, merged in shared memory. (A kernel parameter: no register held.)
+    int group_shift;
+    // Halo pixels from a row's tap 0 to tap j = (r, s): r * dil_h * halo_w + s * dil_w.
+    int tap_offset[kV2MaxTaps];
+};
+
+// Shared memory: the weights (1024-aligned), then per warpgroup a WarpgroupSmem, then the
+// halo plan both warpgroups read.
+struct WarpgroupSmem {
+    uint8_t halo[3 * kHaloArrayBytes];  // big, small, cross
+    float staged[kBN * kTilePitch];     // the tile as [channel][pixel]
+    float ch_count[kBN], ch_mean[kBN], ch_m2[kBN];
+    float raw[8 * kHaloPixels];         // the next tile's halo, unsplit: [channel][hr][raw_pitch]
+};
+static_assert(sizeof(WarpgroupSmem) % 16 == 0, "16-byte aligned arrays");
+
+__host__ __device__ inline int v2_smem_bytes(int num_kb) {
+    return 1024 + num_kb * 3 * kBN * 128 + kV2Warpgroups * static_cast<int>(sizeof(WarpgroupSmem)) +
+           (kHaloItems + kWideCopies) * static_cast<int>(sizeof(int4));
+}
+
+// Byte offset of channels (q, q + 4) of halo pixel p: channel-last, the pair a wgmma k-step
+// gives one thread (logical columns t and t + 4) side by side, so a k-step's address is a
+// plain sum. No bank conflicts either way: a k-step's 8-byte loads (half a warp: 4 pixels
+// g = 0..3 one column apart at stride 1, q = 0..3) start at banks 8 g + 2 q, and the split's
+// 8-byte stores (half a warp: 4 consecutive pixels, q = 0..3, see halo_plan) likewise; each
+// half-warp covers the 32 banks once. (A pitch of 40 bytes, tried first, conflicts 2-way.)
+__device__ __forceinline__ int halo_offset(int p, int q) { return p * kHaloPixelBytes + q * 8; }
+
+__device__ __forceinline__ void warpgroup_sync(int warpgroup) {  // its 128 threads only
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+}
+// The same barrier, returning whether `pred` holds in all 128 threads.
+__device__ __forceinline__ bool warpgroup_sync_and(int warpgroup, bool pred) {
+    uint32_t all;
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n"
+        " bar.red.and.pred q, %2, 128, p;\n selp.u32 %0, 1, 0, q;\n}"
+        : "=r"(all)
+        : "r"(static_cast<uint32_t>(pred)), "r"(1 + warpgroup)
+        : "memory");
+    return all != 0;
+}
+
+// A thread of the v2 kernel: its place in the CTA, its warpgroup and the mma fragments.
+struct V2Thread {
+    int tid, warpgroup, wtid;  // wtid: the thread within its warpgroup
+    int warp, lane, quad_row, quad_col;
+    __device__ explicit V2Thread(int t)
+        : tid(t), warpgroup(t / 128), wtid(t % 128), warp(t % 128 / 32), lane(t % 32),
+          quad_row(t % 32 / 4), quad_col(t % 4) {}
+};
+
+// The packed weights once, re-laid: the packing puts k = 32 kb + physical_k(L) at logical
+// column L of k-block kb (tf32x3.cuh); here logical column L holds k = 32 kb + L, so that
+// k-step j is tap j (k = 8 tap + channel). Same k-block, same 128-byte swizzle.
+__device__ __forceinline__ void relay_weights(uint8_t* weights, const uint8_t* packed,
+                                              const tc::PackedB& layout, const Params& p,
+                                              int cout, int tid) {
+    const int values = layout.num_kb * 3 * kBN * tc::kBlockK;  // [kb][part][row n][column L]
+    // Unrolled so that a thread's global loads are in flight together (run once per CTA,
+    // but a loop of dependent loads took ~5% of the kernel's time in ncu's samples).
+#pragma unroll 8
+    for (int i = tid; i < values; i += kV2Threads) {
+        const int column = i % tc::kBlockK, n = (i / tc::kBlockK) % kBN;
+        const int tile = i / (tc::kBlockK * kBN);  // = 3 kb + part
+        const uint8_t* from = packed + tile * kBN * 128;
+        // Channel n negated where its extremes are minima (see "epilogue" in
+        // conv_gn_pool_v2.cuh): its conv outputs come out as sign * x, exactly (negating
+        // every part of every product negates the sum, rounding included).
+        const uint32_t sign_bit = extreme_sign(p, cout, n) < 0.0f ? 0x80000000u : 0u;
+        *reinterpret_cast<uint32_t*>(weights + tile * kBN * 128 +
+                                     tc::packed_offset(n, tc::physical_k(column))) =
+            *reinterpret_cast<const uint32_t*>(from + tc::packed_offset(n, column)) ^ sign_bit;
+    }
+    fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
+}
+
+// Halo item i = wtid + 128 it = 4 pixel + q, pixel = hr * halo_w + hc: channels q and q + 4
+// of halo pixel (hr, hc), the pair a k-step's A register holds, so a thread splits both and
+// stores each part as one 8-byte pair. The copies from global memory write the unsplit halo
+// as [channel][hr][raw_pitch] (raw): wide, 4 floats of one channel's row at a time (item
+// j = (channel c, hr, chunk k), 16 bytes from column 4 k); otherwise a float at a time, by
+// the thread that splits it (channels q and q + 4 of its items). One warpgroup writes the
+// decoding once, the same for every tile and every warpgroup:
+//   halo_plan[i] = {input offset of (hr, hc) from the tile's first input pixel (-1: past
+//                   the halo), raw index of (q, hr, hc), byte offset in the split halo
+//                   arrays (-1: past the halo), hr << 16 | hc}
+//   wide_plan[j] = {input offset of (c, hr, 4 k) (-1: channel c >= Cin, zeros), raw index
+//                   (-1: past the halo, no copy), -, hr << 16 | 4 k}
+__device__ __forceinline__ void write_halo_plan(int4* halo_plan, int4* wide_plan,
+                                                const V2Shape& shape, const Conv2dGeometry& g,
+                                                int wtid) {
+    const int halo_pixels = shape.halo_h * shape.halo_w;
+    const int plane = g.height * g.width;
+    const int raw_channel = shape.halo_h * shape.raw_pitch;  // floats of one channel in raw
+#pragma unroll
+    for (int it = 0; it < kHaloIters; ++it) {
+        const int i = wtid + 128 * it;
+        const int pixel = i / 4, q = i % 4;
+        const bool in_halo = pixel < halo_pixels;
+        const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
+        halo_plan[i] = make_int4(in_halo ? hr * g.width + hc : -1,
+                                 (q * shape.halo_h + hr) * shape.raw_pitch + hc,
+                                 in_halo ? halo_offset(pixel, q) : -1, hr << 16 | hc);
+    }
+    const int chunks = shape.raw_pitch / 4;
+    for (int j = wtid; j < kWideCopies; j += 128) {
+        const int c = j / (shape.halo_h * chunks), rest = j % (shape.halo_h * chunks);
+        const int hr = rest / chunks, col = 4 * (rest % chunks);
+        wide_plan[j] = make_int4(c < g.channels ? c * plane + hr * g.width + col : -1,
+                                 c < 8 ? c * raw_channel + hr * shape.raw_pitch + col : -1, 0,
+                                 hr << 16 | col);
+    }
+}
+
+// Starts the copies of `tile`'s input halo into raw (cp.async, committed as one group).
+__device__ __forceinline__ void fetch_halo(int tile, const float* x, float* raw,
+                                           const int4* halo_plan, const int4* wide_plan,
+                                           const V2Shape& shape, const Conv2dGeometry& g,
+                                           const BandPixels& bands, int wtid) {
+    int n, band, col_block;
+    bands.tile(tile, n, band, col_block);
+    const int plane = g.height * g.width;
+    const int raw_channel = shape.halo_h * shape.raw_pitch;
+    const int ih0 = kPool * band * g.stride_h - g.pad_h;
+    const int iw0 = kV2BandCols * col_block * g.stride_w - g.pad_w;
+    const float* origin = x + static_cast<long long>(n) * g.channels * plane;
+    const int origin_offset = ih0 * g.width + iw0;  // may be negative (padding)
+    // The input is read by this tile and its neighbours (in the same round of tiles), then
+    // never again: evict-first in L2, so that the window extremes, which the finalize reads
+    // right after this kernel, stay there rather than the input.
+    const uint64_t input_policy = l2_evict_first();
+    auto inside = [&](int hr_hc) {
+        return static_cast<unsigned>(ih0 + (hr_hc >> 16)) < static_cast<unsigned>(g.height) &&
+               static_cast<unsigned>(iw0 + (hr_hc & 0xffff)) < static_cast<unsigned>(g.width);
+    };
+    // (A copy of 0 bytes reads nothing and writes zeros; its address is the sample's first
+    // value.)
+    if (shape.wide) {
+#pragma unroll
+        for (int it = 0; it < kWideCopies / 128; ++it) {
+            const int4 plan = wide_plan[wtid + 128 * it];
+            if (plan.y < 0) continue;
+            const bool valid = plan.x >= 0 && inside(plan.w);
+            cp_async_or_zero<16>(&raw[plan.y], valid ? origin + (origin_offset + plan.x) : origin,
+                                 valid, input_policy);
+        }
+    } else {
+        const int q = wtid % 4;  // (the same for each of the thread's items)
+#pragma unroll
+        for (int it = 0; it < kHaloIters; ++it) {
+            const int4 plan = halo_plan[wtid + 128 * it];
+            if (plan.x < 0) continue;  // past the halo
+            const bool in = inside(plan.w);
+            const bool has_q = in && q < g.channels, has_q4 = in && q + 4 < g.channels;
+            cp_async_or_zero<4>(&raw[plan.y],
+                                has_q ? origin + (origin_offset + q * plane + plan.x) : origin,
+                                has_q, input_policy);
+            cp_async_or_zero<4>(
+                &raw[plan.y + 4 * raw_channel],
+                has_q4 ? origin + (origin_offset + (q + 4) * plane + plan.x) : origin, has_q4,
+                input_policy);
+        }
+    }
+    cp_async_commit();
+}
+
+// The landed halo (raw) split into TF32 big / small / cross, channel-last; returns whether
+// every value this thread split is finite (its cross part is then its big part).
+__device__ __forceinline__ bool split_halo(WarpgroupSmem& my, const int4* halo_plan,
+                                           int raw_channel, int wtid) {
+    bool finite = true;
+#pragma unroll
+    for (int it = 0; it < kHaloIters; ++it) {
+        const int at = halo_plan[wtid + 128 * it].z;
+        if (at >= 0) {
+            const int from = halo_plan[wtid + 128 * it].y;
+            const Tf32Split lo = split_tf32_truncated(my.raw[from]);
+            const Tf32Split hi = split_tf32_truncated(my.raw[from + 4 * raw_channel]);
+            finite = finite && lo.cross == lo.big && hi.cross == hi.big;
+            *reinterpret_cast<uint2*>(my.halo + at) = make_uint2(lo.big, hi.big);
+            *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =
+                make_uint2(lo.small, hi.small);
+            *reinterpret_cast<uint2*>(my.halo + 2 * kHaloArrayBytes + at) =
+                make_uint2(lo.cross, hi.cross);
+        }
+    }
+    return finite;
+}
+
+}  // namespace conv_gn_pool
+}  // namespace scratchops
