@@ -74,6 +74,36 @@ __device__ __forceinline__ uint32_t shared_u32(const uint8_t* p) {
     return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// One k-step's products for the MB row blocks, BN / 8 column blocks of 8 each: B's
+// fragment values from the stage's tiles (row n = 8 nb + g, logical column 8s + t + 4 half,
+// g = lane / 4, t = lane % 4), the cross terms first, as tf32x3.cuh orders them (the TF32
+// mode: the big product alone).
+template <int BN, bool kTf32, int MB>
+__device__ __forceinline__ void kstep_mmas(float (&acc)[MB][BN / 2], const uint32_t (&a_big)[MB][4],
+                                           const uint32_t (&a_small)[MB][4],
+                                           const uint32_t (&a_cross)[MB][4], const uint8_t* big,
+                                           const uint8_t* small, const uint8_t* cross, int s,
+                                           int lane) {
+#pragma unroll
+    for (int nb = 0; nb < BN / 8; ++nb) {
+        const int at0 = tc::packed_offset(8 * nb + lane / 4, 8 * s + lane % 4);
+        const int at1 = tc::packed_offset(8 * nb + lane / 4, 8 * s + lane % 4 + 4);
+        const uint32_t big0 = shared_u32(big + at0), big1 = shared_u32(big + at1);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+            float(&d)[BN / 2] = acc[mb];
+            const int i = 4 * nb;
+            if (!kTf32) {
+                mma_tf32(d[i], d[i + 1], d[i + 2], d[i + 3], a_small[mb], shared_u32(cross + at0),
+                         shared_u32(cross + at1));
+                mma_tf32(d[i], d[i + 1], d[i + 2], d[i + 3], a_cross[mb], shared_u32(small + at0),
+                         shared_u32(small + at1));
+            }
+            mma_tf32(d[i], d[i + 1], d[i + 2], d[i + 3], a_big[mb], big0, big1);
+        }
+    }
+}
+
 template <int BN, int MB, int kGroup, bool kTf32, class ALoader, class Epilogue>
 __global__ void __launch_bounds__(kThreads, 1)
     mma_sync_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
@@ -87,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     grid.locate(blockIdx.x, b, mt, nt);
     const int num_kb = layout.num_kb;
     const int warp_group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
-    const int lane = threadIdx.x % 32, quad_row = lane / 4, quad_col = lane % 4;
+    const int lane = threadIdx.x % 32, quad_col = lane % 4;
 
     // As in tf32x3.cuh: B's cross tiles only when some B value is not finite.
     const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
@@ -111,7 +141,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) rows[mb][h] = loader.row(b, mt * Cfg::kBM + me.tile_row<MB>(mb, h));
+        for (int h = 0; h < 2; ++h)
+            rows[mb][h] = loader.row(b, mt * Cfg::kBM + me.tile_row<MB>(mb, h));
     typename ALoader::KPtr next[MB][2];  // where k-block next_kb's values are
     auto point_at = [&](int kb) {
         const typename ALoader::KBlock blk = loader.kblock(kb, quad_col);
@@ -131,84 +162,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     // "partial sums"); the TF32 mode sums the whole tile into total.
     float total[MB][kAcc], part[MB][kAcc];
     float(&acc)[MB][kAcc] = kTf32 ? total : part;
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
-
-    // Byte offset of B's fragment value (row n = 8 nb + g, logical column 8s + t + 4 half).
-    auto b_offset = [&](int nb, int s, int half) {
-        return tc::packed_offset(8 * nb + quad_row, 8 * s + quad_col + 4 * half);
-    };
+    tc::set_zero(total);
 
     const int group = kTf32 ? num_kb : kGroup;
     for (int kb = 0; kb < num_kb; ++kb) {
         cp_async_wait_all();  // this thread's copies of k-block kb
         __syncthreads();      // everyone's; and k-block kb - 1's stage is free again
         if (kb + 1 < num_kb) copy_stage(kb + 1);
-        if (!kTf32 && kb % group == 0) {
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-                for (int i = 0; i < kAcc; ++i) part[mb][i] = 0.0f;
-        }
+        if (!kTf32 && kb % group == 0) tc::set_zero(part);
         const uint8_t* big = stages + (kb % kStages) * Cfg::kStageBytes;
         const uint8_t* small = big + Cfg::kTileBytes;
         const uint8_t* cross = b_cross_tile ? big + 2 * Cfg::kTileBytes : big;
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-            // A's fragments of k-step s (the split, or rounded to nearest in TF32 mode),
-            // then the two values consumed refilled with the next k-block's.
+            // A's fragments of k-step s, then the two values consumed refilled.
             uint32_t a_big[MB][4], a_small[MB][4], a_cross[MB][4];
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    if (kTf32) {
-                        a_big[mb][h] = tf32_nearest(raw[mb][h][2 * s]);
-                        a_big[mb][2 + h] = tf32_nearest(raw[mb][h][2 * s + 1]);
-                    } else {
-                        const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
-                        const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
-                        a_big[mb][h] = lo.big;
-                        a_small[mb][h] = lo.small;
-                        a_cross[mb][h] = lo.cross;
-                        a_big[mb][2 + h] = hi.big;
-                        a_small[mb][2 + h] = hi.small;
-                        a_cross[mb][2 + h] = hi.cross;
-                    }
-                    const float2 v = loader.fetch2(next[mb][h], 2 * s);
-                    raw[mb][h][2 * s] = v.x;
-                    raw[mb][h][2 * s + 1] = v.y;
-                }
-#pragma unroll
-            for (int nb = 0; nb < BN / 8; ++nb) {
-                const int at0 = b_offset(nb, s, 0), at1 = b_offset(nb, s, 1);
-                const uint32_t big0 = shared_u32(big + at0), big1 = shared_u32(big + at1);
-#pragma unroll
-                for (int mb = 0; mb < MB; ++mb) {
-                    float(&d)[kAcc] = acc[mb];
-                    const int i = 4 * nb;
-                    if (!kTf32) {  // the cross terms first, as tf32x3.cuh orders them
-                        mma_tf32(d[i], d[i + 1], d[i + 2], d[i + 3], a_small[mb],
-                                 shared_u32(cross + at0), shared_u32(cross + at1));
-                        mma_tf32(d[i], d[i + 1], d[i + 2], d[i + 3], a_cross[mb],
-                                 shared_u32(small + at0), shared_u32(small + at1));
-                    }
-                    mma_tf32(d[i], d[i + 1], d[i + 2], d[i + 3], a_big[mb], big0, big1);
-                }
-            }
+            tc::a_fragments<kTf32>(raw, loader, next, s, a_big, a_small, a_cross, [](int) {});
+            kstep_mmas<BN, kTf32>(acc, a_big, a_small, a_cross, big, small, cross, s, lane);
         }
         point_at(kb + 2);
-        if (!kTf32 && (kb % group == group - 1 || kb == num_kb - 1)) {
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-                for (int i = 0; i < kAcc; ++i) total[mb][i] += part[mb][i];
-        }
+        if (!kTf32 && (kb % group == group - 1 || kb == num_kb - 1)) tc::add_to(total, part);
     }
-    const typename Epilogue::Prepared prepared =
-        epilogue.prepare(me);
+    const typename Epilogue::Prepared prepared = epilogue.prepare(me);
     epilogue.template store<BN, MB>(
         total, TileCoords{b, mt * Cfg::kBM, nt * BN, warp_group, warp, lane}, prepared);
 #else

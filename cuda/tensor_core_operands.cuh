@@ -181,6 +181,59 @@ __device__ __forceinline__ void fetch_kblock(const ALoader& loader,
             }
 }
 
+// The accumulators of a tile, [MB][kAcc]: zeroed, and a partial sum added into the total
+// with fp32 adds (both engines' "partial sums", tf32x3.cuh).
+template <int MB, int N>
+__device__ __forceinline__ void set_zero(float (&acc)[MB][N]) {
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int i = 0; i < N; ++i) acc[mb][i] = 0.0f;
+}
+template <int MB, int N>
+__device__ __forceinline__ void add_to(float (&total)[MB][N], const float (&part)[MB][N]) {
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int i = 0; i < N; ++i) total[mb][i] += part[mb][i];
+}
+
+// A's register fragments of k-step s (of 4) of the k-block in raw[][][], both engines: rows
+// g and g + 8 (h = 0, 1) take logical column 8s + t (physical 8t + 2s, registers a0 / a1) and
+// 8s + t + 4 (physical 8t + 2s + 1, a2 / a3). 3xTF32: each value split into big, small and
+// cross parts; the TF32 mode: rounded to nearest, as cuDNN rounds it, into big alone. Then
+// the two values consumed are refilled with the next k-block's (next[][]), so each load is in
+// flight for a whole k-block before its value is used. written(mb) runs once the row pair's
+// registers hold their values (the wgmma engine pins them there; see pin_registers).
+template <bool kTf32, int MB, class ALoader, class Written>
+__device__ __forceinline__ void a_fragments(float (&raw)[MB][2][8], const ALoader& loader,
+                                            const typename ALoader::KPtr (&next)[MB][2], int s,
+                                            uint32_t (&big)[MB][4], uint32_t (&small)[MB][4],
+                                            uint32_t (&cross)[MB][4], Written written) {
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (kTf32) {
+                big[mb][h] = tf32_nearest(raw[mb][h][2 * s]);
+                big[mb][2 + h] = tf32_nearest(raw[mb][h][2 * s + 1]);
+            } else {
+                const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
+                const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
+                big[mb][h] = lo.big;
+                small[mb][h] = lo.small;
+                cross[mb][h] = lo.cross;
+                big[mb][2 + h] = hi.big;
+                small[mb][2 + h] = hi.small;
+                cross[mb][2 + h] = hi.cross;
+            }
+            written(mb);
+            const float2 v = loader.fetch2(next[mb][h], 2 * s);
+            raw[mb][h][2 * s] = v.x;
+            raw[mb][h][2 * s + 1] = v.y;
+        }
+}
+
 // What a launch of either engine does first: the kernel's dynamic shared-memory limit set
 // (once per device; `done` is the caller's static, one per kernel), and the grid of tiles
 // of BM rows and layout.bn columns over m_rows rows and `batch` entries. tiles = 0: nothing

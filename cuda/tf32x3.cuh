@@ -65,13 +65,144 @@ struct Config {
     static_assert(kSmemBytes <= 227 * 1024, "stages must fit in shared memory");
 };
 
+// The tiles this CTA takes: blockIdx.x, + gridDim.x, ... (persistent).
+__device__ __forceinline__ int ctas_tiles(const TileGrid& grid) {
+    const int total_tiles = grid.batch * grid.m_tiles * grid.n_tiles;
+    const int cta = static_cast<int>(blockIdx.x);
+    return cta < total_tiles ? (total_tiles - 1 - cta) / gridDim.x + 1 : 0;  // (unsigned /)
+}
+
+// The ring's mbarriers: a stage is full once the producer's copy lands (one arrival and its
+// bytes), empty once every consumer warp has released it (one arrival a warp).
+template <int STAGES>
+__device__ __forceinline__ void init_stage_barriers(uint64_t (&full_bar)[STAGES],
+                                                    uint64_t (&empty_bar)[STAGES]) {
+    for (int i = 0; i < STAGES; ++i) {
+        mbarrier_init(&full_bar[i], 1);
+        mbarrier_init(&empty_bar[i], 4 * kConsumerWarpgroups);
+    }
+    fence_barrier_init();
+}
+
+// wgmma's descriptors of a stage's big, small and cross tiles of B (the big tile serves the
+// cross terms where B is finite: see b_has_nonfinite).
+template <int kTileBytes>
+struct StageDescriptors {
+    uint64_t big, small, cross;
+    __device__ __forceinline__ StageDescriptors(uint32_t stage_addr, bool b_cross_tile)
+        : big(make_smem_desc_sw128(stage_addr)),
+          small(make_smem_desc_sw128(stage_addr + kTileBytes)),
+          cross(b_cross_tile ? make_smem_desc_sw128(stage_addr + 2 * kTileBytes) : big) {}
+};
+
+// An A fragment's registers held where they are (see pin_registers): the big part, and in
+// 3xTF32 the small and cross parts.
+template <bool kTf32>
+__device__ __forceinline__ void pin_a(uint32_t (&big)[4], uint32_t (&small)[4],
+                                      uint32_t (&cross)[4]) {
+    if (!kTf32) {
+        pin_registers(small);
+        pin_registers(cross);
+    }
+    pin_registers(big);
+}
+
+// The producer warpgroup's thread 0: iteration jj's B tiles (the CTA's tiles' k-blocks in
+// order) copied into stage jj % STAGES, once the consumers have released that stage's
+// previous use (iteration jj - STAGES).
+template <int kStageBytes, int STAGES>
+__device__ __forceinline__ void produce_b_stages(uint8_t* stages, uint64_t (&full_bar)[STAGES],
+                                                 uint64_t (&empty_bar)[STAGES],
+                                                 const uint8_t* packed_b, const PackedB& layout,
+                                                 const TileGrid& grid, int total_iters,
+                                                 uint32_t copy_bytes) {
+    const int num_kb = layout.num_kb;
+    int kb = -1, tile_i = 0;
+    for (int jj = 0; jj < total_iters; ++jj) {
+        if (++kb == num_kb) {
+            kb = 0;
+            ++tile_i;
+        }
+        int b, mt, nt;
+        grid.locate(blockIdx.x + tile_i * gridDim.x, b, mt, nt);
+        const int entry = grid.b_shared ? 0 : b;
+        const int stage = jj % STAGES;
+        if (jj >= STAGES) mbarrier_wait(&empty_bar[stage], ((jj / STAGES) - 1) & 1);
+        mbarrier_arrive_expect_tx(&full_bar[stage], copy_bytes);
+        bulk_copy_to_shared(
+            stages + stage * kStageBytes,
+            packed_b + ((static_cast<long long>(entry) * grid.n_tiles + nt) * num_kb + kb) *
+                           layout.stage_bytes(),
+            copy_bytes, &full_bar[stage]);
+    }
+}
+
+// One k-step's wgmmas for the MB row blocks, committed as one group: the cross terms first,
+// the big product last (the TF32 mode: the big product alone); accumulate = 0 starts the
+// sum afresh (the first k-step of a group).
+template <int BN, bool kTf32, int MB>
+__device__ __forceinline__ void kstep_wgmmas(float (&acc)[MB][BN / 2], uint32_t (&a_big)[MB][4],
+                                             uint32_t (&a_small)[MB][4],
+                                             uint32_t (&a_cross)[MB][4], uint64_t desc_big,
+                                             uint64_t desc_small, uint64_t desc_cross,
+                                             int accumulate) {
+    using Mma = WgmmaTf32Rs<BN>;
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb) pin_registers(acc[mb]);
+    wgmma_fence();
+    if (!kTf32) {
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) Mma::mma(acc[mb], a_small[mb], desc_cross, accumulate);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) Mma::mma(acc[mb], a_cross[mb], desc_small, 1);
+    }
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb) Mma::mma(acc[mb], a_big[mb], desc_big, kTf32 ? accumulate : 1);
+    wgmma_commit();
+}
+
+// Where a consumer thread's A loads go next: the k-blocks of the CTA's tiles in turn
+// (iterations 0, 1, 2, ...), each tile's rows looked up when its first k-block comes; past
+// the last iteration, nowhere (loader.none()).
+template <int MB, int kBM, class ALoader>
+struct ANext {
+    typename ALoader::Row rows[MB][2];   // row states of the tile of the next fetch
+    typename ALoader::KPtr next[MB][2];  // where the next k-block's values are
+    int tile = 0, kb = -1, pointed = 0;
+    __device__ __forceinline__ void advance(const ALoader& loader, const TileGrid& grid,
+                                            const TileCoords& me, int num_kb, int total_iters) {
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) next[mb][h] = loader.none();
+        if (pointed++ >= total_iters) return;
+        if (++kb == num_kb) {
+            kb = 0;
+            ++tile;
+        }
+        if (kb == 0) {
+            int b, mt, nt;
+            grid.locate(blockIdx.x + tile * gridDim.x, b, mt, nt);
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    rows[mb][h] = loader.row(b, mt * kBM + me.tile_row<MB>(mb, h));
+        }
+        const typename ALoader::KBlock blk = loader.kblock(kb, me.lane % 4);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) next[mb][h] = loader.kptr(rows[mb][h], blk);
+    }
+};
+
 template <int BN, int MB, int STAGES, int kGroup, bool kTf32, class ALoader, class Epilogue>
 __global__ void __launch_bounds__(kThreads, 1)
     tf32x3_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
                   const PackedB layout, const TileGrid grid) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Cfg = Config<BN, MB, STAGES, kTf32>;
-    using Mma = WgmmaTf32Rs<BN>;
     constexpr int kAcc = BN / 2;
 
     extern __shared__ uint8_t smem_raw[];
@@ -81,61 +212,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t* stages = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
     const uint32_t stages_addr = smem_address(stages);
 
-    const int total_tiles = grid.batch * grid.m_tiles * grid.n_tiles;
-    const int my_tiles = static_cast<int>(blockIdx.x) < total_tiles
-                             ? (total_tiles - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1
-                             : 0;
+    const int my_tiles = ctas_tiles(grid);
     const int num_kb = layout.num_kb;
     const int total_iters = my_tiles * num_kb;
-
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < STAGES; ++i) {
-            mbarrier_init(&full_bar[i], 1);
-            mbarrier_init(&empty_bar[i], 4 * kConsumerWarpgroups);  // one arrival a warp
-        }
-        fence_barrier_init();
-    }
+    if (threadIdx.x == 0) init_stage_barriers(full_bar, empty_bar);
     // B's cross tiles are loaded and used only when some B value is not finite; otherwise
     // the big tiles serve the cross terms too.
     const bool b_cross_tile = b_has_nonfinite(packed_b, layout);
     // (The TF32 mode reads the big tiles alone: B rounded to nearest.)
     const uint32_t copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
 
-    if (threadIdx.x < 128) {
-        // Producer: thread 0 loads iteration jj's B tiles into stage jj % STAGES once the
-        // consumers have released that stage's previous use (iteration jj - STAGES).
+    if (threadIdx.x < 128) {  // the producer warpgroup
         setmaxnreg_dec<kProducerRegisters>();
-        if (threadIdx.x == 0) {
-            int kb = -1, tile_i = 0;
-            for (int jj = 0; jj < total_iters; ++jj) {
-                if (++kb == num_kb) {
-                    kb = 0;
-                    ++tile_i;
-                }
-                int b, mt, nt;
-                grid.locate(blockIdx.x + tile_i * gridDim.x, b, mt, nt);
-                const int entry = grid.b_shared ? 0 : b;
-                const int stage = jj % STAGES;
-                if (jj >= STAGES) mbarrier_wait(&empty_bar[stage], ((jj / STAGES) - 1) & 1);
-                mbarrier_arrive_expect_tx(&full_bar[stage], copy_bytes);
-                bulk_copy_to_shared(
-                    stages + stage * Cfg::kStageBytes,
-                    packed_b + ((static_cast<long long>(entry) * grid.n_tiles + nt) * num_kb + kb) *
-                                   layout.stage_bytes(),
-                    copy_bytes, &full_bar[stage]);
-            }
-        }
+        if (threadIdx.x == 0)
+            produce_b_stages<Cfg::kStageBytes>(stages, full_bar, empty_bar, packed_b, layout,
+                                               grid, total_iters, copy_bytes);
         return;
     }
     setmaxnreg_inc<kConsumerRegisters>();
 
     const int warpgroup = threadIdx.x / 128 - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    const int quad_col = lane % 4;
     const TileCoords me{0, 0, 0, warpgroup, warp, lane};  // this thread's place in a tile
 
-    const typename Epilogue::Prepared prepared =
-        epilogue.prepare(me);
+    const typename Epilogue::Prepared prepared = epilogue.prepare(me);
 
     // total: the tile's result so far, summed with fp32 adds. part: one k-block's products,
     // summed by the tensor cores (see "partial sums" at the top). The TF32 mode sums the
@@ -144,46 +244,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     float total[MB][kAcc], part[MB][kAcc];
     float(&acc)[MB][kAcc] = kTf32 ? total : part;
     const int group = kTf32 ? num_kb : kGroup;  // k-blocks between drains
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
+    set_zero(total);
 
-    typename ALoader::Row rows[MB][2];  // row states of the tile of the next fetch
     float raw[MB][2][8];  // the thread's 8 values of each row for the k-block being consumed
-    typename ALoader::KPtr next[MB][2];  // where the next k-block's values are
     uint32_t a_big[2][MB][4], a_small[2][MB][4], a_cross[2][MB][4];  // k-step s: buffer s % 2
-
-    // next[] for the iterations 0, 1, 2, ... in turn (rows[] first, when one starts a tile).
-    int next_tile = 0, next_kb = -1, fetched = 0;
-    auto point_next = [&]() {
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) next[mb][h] = loader.none();
-        if (fetched++ >= total_iters) return;
-        if (++next_kb == num_kb) {
-            next_kb = 0;
-            ++next_tile;
-        }
-        if (next_kb == 0) {
-            int b, mt, nt;
-            grid.locate(blockIdx.x + next_tile * gridDim.x, b, mt, nt);
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    rows[mb][h] = loader.row(b, mt * Cfg::kBM + me.tile_row<MB>(mb, h));
-        }
-        const typename ALoader::KBlock blk = loader.kblock(next_kb, quad_col);
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) next[mb][h] = loader.kptr(rows[mb][h], blk);
-    };
+    ANext<MB, Cfg::kBM, ALoader> a_next;  // where the next k-block's values are
+    auto point_next = [&] { a_next.advance(loader, grid, me, num_kb, total_iters); };
 
     point_next();  // iteration 0
-    fetch_kblock(loader, next, raw);
+    fetch_kblock(loader, a_next.next, raw);
     point_next();  // iteration 1
 
     // One k-block (iteration j; fresh: the first of its group): wait for its B stage, its 4
@@ -191,73 +260,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto run_kblock = [&](int j, bool fresh) {
         const int stage = j % STAGES;
         mbarrier_wait(&full_bar[stage], (j / STAGES) & 1);
-        const uint32_t big_addr = stages_addr + stage * Cfg::kStageBytes;
-        const uint64_t desc_big0 = make_smem_desc_sw128(big_addr);
-        const uint64_t desc_small0 = make_smem_desc_sw128(big_addr + Cfg::kTileBytes);
-        const uint64_t desc_cross0 =
-            b_cross_tile ? make_smem_desc_sw128(big_addr + 2 * Cfg::kTileBytes) : desc_big0;
+        const StageDescriptors<Cfg::kTileBytes> desc(stages_addr + stage * Cfg::kStageBytes,
+                                                     b_cross_tile);
 
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
             const int buf = s & 1;
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    // a0/a1 (rows g, g + 8): logical column 8s + t = physical 8t + 2s;
-                    // a2/a3: logical column 8s + t + 4 = physical 8t + 2s + 1.
-                    if (kTf32) {  // one product: A rounded to nearest, as cuDNN rounds it
-                        a_big[buf][mb][h] = tf32_nearest(raw[mb][h][2 * s]);
-                        a_big[buf][mb][2 + h] = tf32_nearest(raw[mb][h][2 * s + 1]);
-                    } else {
-                        const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
-                        const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
-                        a_big[buf][mb][h] = lo.big;
-                        a_small[buf][mb][h] = lo.small;
-                        a_cross[buf][mb][h] = lo.cross;
-                        a_big[buf][mb][2 + h] = hi.big;
-                        a_small[buf][mb][2 + h] = hi.small;
-                        a_cross[buf][mb][2 + h] = hi.cross;
-                        pin_registers(a_small[buf][mb]);
-                        pin_registers(a_cross[buf][mb]);
-                    }
-                    pin_registers(a_big[buf][mb]);
-                    // Refill the two values just consumed with the next k-block's: each load
-                    // is in flight for a whole k-block before its value is used.
-                    const float2 v = loader.fetch2(next[mb][h], 2 * s);
-                    raw[mb][h][2 * s] = v.x;
-                    raw[mb][h][2 * s + 1] = v.y;
-                }
+            tc::a_fragments<kTf32>(raw, loader, a_next.next, s, a_big[buf], a_small[buf],
+                                   a_cross[buf], [&](int mb) {
+                                       pin_a<kTf32>(a_big[buf][mb], a_small[buf][mb],
+                                                    a_cross[buf][mb]);
+                                   });
             // k-step s starts 32 * s bytes into the tile rows: + 2 * s in 16-byte units.
-            const uint64_t desc_big = desc_big0 + 2 * s;
-            const uint64_t desc_small = desc_small0 + 2 * s;
-            const uint64_t desc_cross = desc_cross0 + 2 * s;
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb) pin_registers(acc[mb]);
-            wgmma_fence();
-            // Cross terms first, the big one last; the first k-step of a group starts
-            // the partial sum afresh. (TF32 mode: the big product alone.)
-            if (!kTf32) {
-#pragma unroll
-                for (int mb = 0; mb < MB; ++mb)
-                    Mma::mma(acc[mb], a_small[buf][mb], desc_cross, s > 0 || !fresh);
-#pragma unroll
-                for (int mb = 0; mb < MB; ++mb)
-                    Mma::mma(acc[mb], a_cross[buf][mb], desc_small, 1);
-            }
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
-                Mma::mma(acc[mb], a_big[buf][mb], desc_big, kTf32 ? (s > 0 || !fresh) : 1);
-            wgmma_commit();
+            kstep_wgmmas<BN, kTf32>(acc, a_big[buf], a_small[buf], a_cross[buf],
+                                    desc.big + 2 * s, desc.small + 2 * s, desc.cross + 2 * s,
+                                    s > 0 || !fresh);
             wgmma_wait<1>();  // the previous step's wgmmas are done: its registers are free
 #pragma unroll
-            for (int mb = 0; mb < MB; ++mb) {
-                pin_registers(a_big[buf ^ 1][mb]);
-                if (!kTf32) {
-                    pin_registers(a_small[buf ^ 1][mb]);
-                    pin_registers(a_cross[buf ^ 1][mb]);
-                }
-            }
+            for (int mb = 0; mb < MB; ++mb)
+                pin_a<kTf32>(a_big[buf ^ 1][mb], a_small[buf ^ 1][mb], a_cross[buf ^ 1][mb]);
         }
         point_next();  // integer work while the last wgmmas run
     };
@@ -279,31 +300,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int mb = 0; mb < MB; ++mb) {
                 pin_registers(acc[mb]);
-                pin_registers(a_big[1][mb]);
-                if (!kTf32) {
-                    pin_registers(a_small[1][mb]);
-                    pin_registers(a_cross[1][mb]);
-                }
+                pin_a<kTf32>(a_big[1][mb], a_small[1][mb], a_cross[1][mb]);
             }
             if (lane == 0) mbarrier_arrive(&empty_bar[(j - 1) % STAGES]);
-            if (!kTf32) {
-#pragma unroll
-                for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-                    for (int i = 0; i < kAcc; ++i) total[mb][i] += part[mb][i];
-            }
+            if (!kTf32) add_to(total, part);
         }
         // The tile is done: store it, start the next afresh.
         int b, mt, nt;
         grid.locate(blockIdx.x + tile_i * gridDim.x, b, mt, nt);
         epilogue.template store<BN, MB>(
             total, TileCoords{b, mt * Cfg::kBM, nt * BN, warpgroup, warp, lane}, prepared);
-        if (!kTf32) {  // (the TF32 mode's first wgmma of a tile overwrites the total)
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-                for (int i = 0; i < kAcc; ++i) total[mb][i] = 0.0f;
-        }
+        if (!kTf32) set_zero(total);  // (the TF32 mode's first wgmma overwrites it)
     }
 #else
     // Built without sm_90a (wgmma, setmaxnreg). The Python layer builds sm_90 GPUs with

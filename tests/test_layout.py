@@ -85,3 +85,75 @@ def test_the_tolerance_is_written_once():
              for i, line in enumerate(path.read_text().splitlines(), 1)
              if re.search(r"1e-0?4\b|0\.0001\b", line)]
     assert len(sites) == 1 and sites[0].startswith("scratchops/tools/report.py:"), sites
+
+
+# ------------------------------------------------------------------------ the kernel files
+CUDA = PACKAGE.parent / "cuda"
+MAX_KERNEL_FILE_LINES = 400
+MAX_FUNCTION_LINES = 120
+_CONTAINER = re.compile(r"\b(namespace|struct|class|union|enum)\b[^;()]*$|extern\s+\"C\"\s*$")
+
+
+def _without_comments(text: str) -> str:
+    """The text with comments and string literals blanked (newlines kept)."""
+    def blank(match):
+        return re.sub(r"[^\n]", " ", match.group(0))
+
+    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', blank, text, flags=re.S)
+
+
+def function_lengths(text: str) -> dict[str, int]:
+    """Lines of each function body of a C++ file (from its opening brace's line to its closing
+    one's), member functions included, keyed by the function's header."""
+    code = _without_comments(text)
+    lengths, header_start = {}, 0
+    i, containers = 0, 0  # containers: the namespace / struct bodies we are inside
+    while i < len(code):
+        ch = code[i]
+        if ch in ";}":
+            if ch == "}" and containers:
+                containers -= 1
+            header_start = i + 1
+        elif ch == "{":
+            header = code[header_start:i].strip()
+            if _CONTAINER.search(header) or not header:
+                containers += 1
+                header_start = i + 1
+            else:
+                depth, j = 1, i + 1  # skip the block: a function body or an initialiser
+                while depth and j < len(code):
+                    depth += {"{": 1, "}": -1}.get(code[j], 0)
+                    j += 1
+                if "(" in header and not header.rstrip().endswith("="):
+                    name = " ".join(header.split())[-90:]
+                    lengths[name] = code.count("\n", i, j) + 1
+                i, header_start = j, j
+                continue
+        elif ch == "#":  # a preprocessor line
+            end = code.find("\n", i)
+            i = len(code) if end < 0 else end
+            header_start = i
+            continue
+        i += 1
+    return lengths
+
+
+def test_kernel_files_and_functions_stay_readable():
+    # (binding.cpp, the one C++ file that includes torch, is one file by rule: its functions
+    # are held to the limit, its length is not.)
+    kernels = sorted([*CUDA.glob("*.cu"), *CUDA.glob("*.cuh"), *CUDA.glob("*.h")])
+    assert len(kernels) > 10
+    long_files = {f.name: n for f in kernels if (n := len(f.read_text().splitlines()))
+                  > MAX_KERNEL_FILE_LINES}
+    assert long_files == {}
+    files = [*kernels, PACKAGE / "csrc" / "binding.cpp"]
+    long_functions = {f"{f.name}: {name}": n for f in files
+                      for name, n in function_lengths(f.read_text()).items()
+                      if n > MAX_FUNCTION_LINES}
+    assert long_functions == {}
+
+
+def test_function_lengths_are_measured():
+    text = ("namespace a {\nstruct S {\n  int f() {\n    return 1;\n  }\n};\n"
+            "__global__ void k(int x) {\n  if (x) {\n  }\n}\nconstexpr int t[] = {1, 2};\n}\n")
+    assert function_lengths(text) == {"int f()": 3, "__global__ void k(int x)": 4}
