@@ -1,13 +1,22 @@
 // gemm.cu — fp32 GEMM: C = A @ B (+ a bias per row of C), row-major, strided-batched.
 //
-// Versions, one idea each, simplest first (the progression of siboehm/SGEMM_CUDA), each in its
-// own file, gemm_v1_naive.cuh .. gemm_v5_tensor_cores.cuh (what they share: gemm_common.cuh);
-// this file holds the dispatch: workspaces, TF32 rounding, grid-sized pieces, the launch.
-//   v1 naive           one thread per element of C, every operand from global memory
-//   v2 shared_tiles    tiles of A and B staged in shared memory, each loaded once per block
-//   v3 register_tiles  an 8x8 patch of C per thread, in registers, fed by float4 shared loads
-//   v4 pipelined       the next k-step's tiles loaded while the current ones multiply
-//   v5 tensor_cores    fp32-accurate products on Hopper's tensor cores (3xTF32, sm_90a wgmma)
+// Versions, one idea each, simplest first (the progression of siboehm/SGEMM_CUDA, then of
+// ThunderKittens' educational H100 kernels), each in its own file: gemm_v1_naive.cuh ..
+// gemm_v4_pipelined.cuh on the CUDA cores (what they share: gemm_common.cuh), v5 to v9 on the
+// tensor cores (gemm_tensor_cores.cuh lists their files); this file holds the dispatch:
+// workspaces, TF32 rounding, grid-sized pieces, the launch.
+//   v1 naive             one thread per element of C, every operand from global memory
+//   v2 shared_tiles      tiles of A and B staged in shared memory, each loaded once per block
+//   v3 register_tiles    an 8x8 patch of C per thread, in registers, fed by float4 shared loads
+//   v4 pipelined         the next k-step's tiles loaded while the current ones multiply
+//   v5 mma_sync          the tensor cores (mma.sync, sm_80+), fp32-accurate by the 3xTF32 split
+//   v6 wgmma             Hopper's warpgroup product, B read from shared memory by the tensor
+//                        cores (sm_90a, as v7 to v9)
+//   v7 bulk_copy_ring    B by the copy engine into a ring of stages guarded by mbarriers
+//   v8 warp_specialised  a producer warpgroup feeds the ring, two consumer warpgroups let
+//                        their wgmmas run on across k-steps; registers moved to the consumers
+//   v9 persistent        one CTA per multiprocessor walks the tiles, its loads running into
+//                        the next tile (the default on the tensor cores)
 //
 // How each works:
 //   v1 naive           One thread per element of C reads its row of A and its column of B
@@ -29,14 +38,16 @@
 //                      current ones are multiplied, then stored to the other of two shared
 //                      buffers: the loads' latency hides behind 512 multiply-adds a thread,
 //                      and one barrier per k-step instead of two.
-//   v5 tensor_cores    fp32-accurate on Hopper's tensor cores (sm_90a wgmma, 3xTF32): each
-//                      fp32 operand is split into two TF32 parts and each product is carried
-//                      by three TF32 products; B is packed once per call into the exact
-//                      shared-memory tiles, A goes from global memory straight to registers.
-//                      The engine and its reasons are in tf32x3.cuh. Needs a workspace for
-//                      the packed B (gemm_workspace_bytes) and an sm_90 GPU.
-//
-// TF32 (GemmArgs::tf32, when torch allows TF32 for matmuls): v5 runs the engine's one-product
+//   v5 to v9           fp32-accurate on the tensor cores (3xTF32): each fp32 operand is split
+//                      into two TF32 parts and each product is carried by three TF32
+//                      products; B is packed once per call into the exact shared-memory
+//                      tiles, A goes from global memory straight to registers. The engines and
+//                      their reasons: tf32x3.cuh (wgmma) and mma_sync_3xtf32.cuh; each step's
+//                      idea at the top of its file. They need a workspace for the packed B
+//                      (gemm_workspace_bytes); v5 an sm_80+ GPU, v6 to v8 an sm_90 one; v9
+//                      runs on the engine the call names (v5's kernel on mma.sync).
+
+// TF32 (GemmArgs::tf32, when torch allows TF32 for matmuls): v5-v9 run the engines' one-product
 // TF32 mode; v1-v4 multiply copies of A and B rounded to TF32 (tf32_round.cu) in fp32.
 //
 // Every version handles any M, N, K >= 1 (edges are zero-filled on load and masked on
@@ -50,7 +61,7 @@
 #include "gemm_v2_shared_tiles.cuh"
 #include "gemm_v3_register_tiles.cuh"
 #include "gemm_v4_pipelined.cuh"
-#include "gemm_v5_tensor_cores.cuh"
+#include "gemm_tensor_cores.cuh"
 #include "launchers.h"
 
 namespace scratchops {
@@ -61,9 +72,9 @@ int max_rows_per_launch(int version) {
     return kMaxGridYZ * tile_rows;
 }
 
-// v5 with K = 0 is the bias alone, which v1 writes.
+// The tensor-core versions; with K = 0 the product is the bias alone, which v1 writes.
 bool uses_tensor_cores(int version, const GemmArgs& g) {
-    return version == kGemmTensorCoreVersion && g.K > 0;
+    return version >= kGemmFirstTensorCoreVersion && g.K > 0;
 }
 
 // The elements a strided batch of rows x cols matrices spans from its first (ld: leading
@@ -89,7 +100,7 @@ struct RoundedOperands {
 
 long long gemm_workspace_bytes(int version, const GemmArgs& g, long long budget) {
     if (!uses_tensor_cores(version, g)) return g.tf32 ? RoundedOperands(g).bytes() : 0;
-    using gemm_v5::tc_layout;
+    using gemm_tc::tc_layout;
     const long long all = tc_layout(g.N, g.K, g.stride_b == 0 ? 1 : g.batch).bytes();
     const long long one = tc_layout(g.N, g.K, 1).bytes();
     return all <= budget ? all : (one > budget ? one : budget);
@@ -98,8 +109,8 @@ long long gemm_workspace_bytes(int version, const GemmArgs& g, long long budget)
 cudaError_t gemm_launch(int version, const GemmArgs& g, void* workspace,
                         long long workspace_bytes, cudaStream_t stream) {
     if (uses_tensor_cores(version, g))
-        return launch_v5_tensor_cores(g, workspace, workspace_bytes, stream);
-    if (version == kGemmTensorCoreVersion) version = 1;
+        return launch_tensor_cores(version, g, workspace, workspace_bytes, stream);
+    if (version >= kGemmFirstTensorCoreVersion) version = 1;
     if (g.tf32) {
         const RoundedOperands r(g);
         if (workspace_bytes < r.bytes()) return cudaErrorInvalidValue;

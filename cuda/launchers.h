@@ -42,25 +42,32 @@ struct GemmArgs {
     long long stride_a, stride_b, stride_c;
     int batch;
     // TF32: products of operands rounded to TF32 (to nearest), summed in fp32, as cuBLAS
-    // computes an fp32 matmul when torch allows TF32; false: fp32 products (v5: 3xTF32).
+    // computes an fp32 matmul when torch allows TF32; false: fp32 products (v5-v9: 3xTF32).
     bool tf32 = false;
-    TensorCorePath engine = TensorCorePath::kWgmma;  // v5's engine
+    TensorCorePath engine = TensorCorePath::kWgmma;  // v9's engine
 };
-// version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked, 4 = pipelined,
-// 5 = tensor cores (3xTF32, on args.engine: sm_80+ or sm_90a, above); see the table at
-// the top of gemm.cu. kGemmTensorCoreVersion is scratchops/versions.py's number for v5, and
-// the last; the k...Versions counts below are each operator's last version (tests/
-// test_library.py holds them equal to versions.py's tables).
-constexpr int kGemmTensorCoreVersion = 5;
-// No version given: v5 where the device has tensor cores and A has at least
-// kGemmTensorCoreMinRows rows, v4 otherwise. v5 packs B at every call (12 bytes written a
-// value, then read back), which pays for itself only when enough rows of A reuse B
-// (docs/notes.md, "gemm v5 on the convolutions' GEMM shapes").
+// version: 1 = naive, 2 = shared-memory tiles, 3 = register-blocked, 4 = pipelined, then on
+// the tensor cores (3xTF32): 5 = mma.sync (sm_80+), 6 = wgmma, 7 = bulk-copy ring, 8 = warp-
+// specialised (6-8: sm_90a), 9 = persistent (on args.engine: v5's kernel on mma.sync); see
+// the table at the top of gemm.cu. kGemmTensorCoreVersion is scratchops/versions.py's number
+// for v9, the default tensor-core version and the last; the k...Versions counts below are
+// each operator's last version (tests/test_library.py holds them equal to versions.py's).
+constexpr int kGemmFirstTensorCoreVersion = 5;
+constexpr int kGemmTensorCoreVersion = 9;
+// The versions that run on wgmma whatever the engine setting: an sm_90 GPU only.
+constexpr bool gemm_version_needs_wgmma(int version) {
+    return version > kGemmFirstTensorCoreVersion && version < kGemmTensorCoreVersion;
+}
+// No version given: v9 where the device has tensor cores and A has at least
+// kGemmTensorCoreMinRows rows, v4 otherwise. The tensor-core versions pack B at every call
+// (12 bytes written a value, then read back), which pays for itself only when enough rows of
+// A reuse B (docs/notes.md, "gemm v5 on the convolutions' GEMM shapes").
 constexpr int kGemmTensorCoreMinRows = 256;
-// The workspace a version needs (16-byte aligned): v5 packs B into shared-memory tiles; with
-// a batched B (stride_b != 0) it packs a chunk of entries at a time, so its workspace is every
-// entry's packed B or `budget` bytes, whichever is smaller, but never less than one entry's.
-// v1-v4 need one only for TF32 (args.tf32): A and B rounded to TF32 (tf32_round_launch).
+// The workspace a version needs (16-byte aligned): v5-v9 pack B into shared-memory tiles;
+// with a batched B (stride_b != 0) they pack a chunk of entries at a time, so the workspace is
+// every entry's packed B or `budget` bytes, whichever is smaller, but never less than one
+// entry's. v1-v4 need one only for TF32 (args.tf32): A and B rounded to TF32
+// (tf32_round_launch).
 long long gemm_workspace_bytes(int version, const GemmArgs& args, long long budget);
 cudaError_t gemm_launch(int version, const GemmArgs& args, void* workspace,
                         long long workspace_bytes, cudaStream_t stream);

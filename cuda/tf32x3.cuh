@@ -325,11 +325,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 // truncating accumulations. kTf32: one TF32 product per fp32 product (A and B rounded to
 // nearest) instead of three: what torch's convolutions and matmuls compute when TF32 is
 // allowed, a third of the tensor-core work.
+// persistent = false: one CTA a tile instead of one a multiprocessor (gemm v8: the kernel as
+// it is without persistence; its tile loop then runs once).
 template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class ALoader,
           class Epilogue>
 cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_t* packed,
                    const PackedB& layout, int m_rows, int batch, bool b_shared,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, bool persistent = true) {
     using Cfg = Config<BN, MB, STAGES, kTf32>;
     auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, kTf32, ALoader, Epilogue>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
@@ -338,7 +340,7 @@ cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_
     const cudaError_t err = prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows, Cfg::kBM,
                                            layout, batch, b_shared, grid, tiles);
     if (err != cudaSuccess || tiles == 0) return err;
-    const int ctas = tiles < sm_count() ? tiles : sm_count();
+    const int ctas = persistent && sm_count() < tiles ? sm_count() : tiles;
     kernel<<<ctas, kThreads, Cfg::kSmemBytes, stream>>>(loader, epilogue, packed, layout, grid);
     return cudaGetLastError();
 }

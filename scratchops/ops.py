@@ -116,12 +116,13 @@ def gemm(a, b, bias=None, *, version: int | None = DEFAULT_GEMM_VERSION):
     """a @ b, plus bias[m] on every row m of the result when bias (shape (M,)) is given.
 
     Shapes: (M, K) @ (K, N) -> (M, N); (B, M, K) @ (B, K, N) -> (B, M, N); a 2-D operand
-    with a 3-D one is shared across the batch. `version` picks the kernel (GEMM_VERSIONS;
-    5 is fp32-accurate on the tensor cores of an sm_80+ GPU, on the engine
-    scratchops.tensor_core_path picks: wgmma on sm_90, mma.sync elsewhere). The default,
-    None, takes the faster for the shape: 5 where the GPU has tensor cores and A has at
-    least GEMM_TENSOR_CORE_MIN_ROWS rows (v5 packs B at every call, which pays off only
-    when enough rows reuse it), 4 otherwise. Follows
+    with a 3-D one is shared across the batch. `version` picks the kernel (GEMM_VERSIONS:
+    1-4 on the CUDA cores; 5-9 fp32-accurate on the tensor cores, one idea a version: 5
+    mma.sync on an sm_80+ GPU, 6-8 wgmma steps on an sm_90 GPU, 9 the persistent wgmma
+    kernel on the engine scratchops.tensor_core_path picks, v5's mma.sync off sm_90). The
+    default, None, takes the faster for the shape: 9 where the GPU has tensor cores and A
+    has at least GEMM_TENSOR_CORE_MIN_ROWS rows (the tensor-core versions pack B at every
+    call, which pays off only when enough rows reuse it), 4 otherwise. Follows
     torch's matmul TF32 switch as torch.matmul does: where it allows TF32
     (torch.backends.cuda.matmul.allow_tf32, or set_float32_matmul_precision "high" or
     "medium"), the operands are rounded to TF32 and their products summed in fp32.

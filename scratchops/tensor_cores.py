@@ -1,4 +1,4 @@
-"""Which engine runs the fp32-accurate tensor-core operators (gemm version 5, conv2d's
+"""Which engine runs the fp32-accurate tensor-core operators (gemm version 9, conv2d's
 implicit GEMM, conv2d_min_add_mul, conv2d_group_norm_pool_clamp and the ModelNew variants on
 them).
 

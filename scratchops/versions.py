@@ -1,19 +1,25 @@
 """The numbered kernel versions and algorithms, defined once (the kernel files' headers
 describe each; the CLI, the benchmarks, the fakes and the tests read these tables)."""
 
-# GEMM versions (cuda/gemm.cu). 5 runs on the tensor cores of an sm_80 or later GPU.
+# GEMM versions (cuda/gemm.cu): 1-4 on the CUDA cores, 5-9 fp32-accurate on the tensor cores
+# (3xTF32): 5 on mma.sync (sm_80+), 6-8 on Hopper's wgmma (sm_90), 9 on the engine
+# scratchops.tensor_core_path picks (wgmma on sm_90, v5's mma.sync elsewhere).
 GEMM_VERSIONS = {1: "naive", 2: "shared_tiles", 3: "register_tiles", 4: "pipelined",
-                 5: "tensor_cores_3xtf32"}
-GEMM_TENSOR_CORE_VERSION = 5
-# gemm's default, version=None: the faster of v4 and v5 for the shape, v5 where the GPU has
+                 5: "mma_sync", 6: "wgmma", 7: "bulk_copy_ring", 8: "warp_specialised",
+                 9: "persistent"}
+GEMM_FIRST_TENSOR_CORE_VERSION = 5
+GEMM_TENSOR_CORE_VERSION = 9
+GEMM_WGMMA_VERSIONS = (6, 7, 8)
+# gemm's default, version=None: the faster of v4 and v9 for the shape, v9 where the GPU has
 # tensor cores and A has at least GEMM_TENSOR_CORE_MIN_ROWS rows (binding.cpp decides; its
 # home is cuda/launchers.h, kGemmTensorCoreMinRows, and tests/test_library.py holds this
 # copy equal).
 DEFAULT_GEMM_VERSION = None
 GEMM_TENSOR_CORE_MIN_ROWS = 256
-# The versions conv2d's im2col + gemm path can use (v5 belongs to the implicit GEMM instead).
+# The versions conv2d's im2col + gemm path can use: the CUDA-core ones (the tensor cores'
+# convolution is the implicit GEMM instead).
 IM2COL_GEMM_VERSIONS = {v: name for v, name in GEMM_VERSIONS.items()
-                        if v != GEMM_TENSOR_CORE_VERSION}
+                        if v < GEMM_FIRST_TENSOR_CORE_VERSION}
 DEFAULT_IM2COL_GEMM_VERSION = 4
 # im2col versions (cuda/conv_im2col.cu); conv2d's im2col path uses v2.
 IM2COL_VERSIONS = {1: "per_element", 2: "per_row"}

@@ -32,13 +32,15 @@ def r(*shape):
 
 
 def tensor_core_kernels(engine):
-    """gemm v5, the implicit-GEMM conv2d, P31 in one kernel and P85 in one pass."""
+    """gemm's tensor-core version, the implicit-GEMM conv2d, P31 in one kernel and P85 in one
+    pass."""
+    tc = scratchops.versions.GEMM_TENSOR_CORE_VERSION
     for m, n, k in [(1, 1, 1), (33, 65, 17), (130, 129, 9), (64, 200, 72)]:
         a, b, bias = r(m, k), r(k, n), r(m)
-        check(f"{engine} gemm v5 {m}x{n}x{k}", scratchops.gemm(a, b, bias, version=5),
+        check(f"{engine} gemm v{tc} {m}x{n}x{k}", scratchops.gemm(a, b, bias, version=tc),
               a @ b + bias[:, None])
     a, b = r(3, 5, 7), r(3, 7, 9)
-    check(f"{engine} gemm v5 batched", scratchops.gemm(a, b, version=5), a @ b)
+    check(f"{engine} gemm v{tc} batched", scratchops.gemm(a, b, version=tc), a @ b)
     x, w, bias = r(3, 3, 11, 9), r(70, 3, 3, 2), r(70)
     check(f"{engine} conv2d implicit", scratchops.conv2d(x, w, bias, 2, 1, (1, 2)),
           F.conv2d(x, w, bias, 2, 1, (1, 2)))

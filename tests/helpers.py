@@ -40,6 +40,16 @@ def skip_unless_runnable(device="cuda", *, operator=None, case=None):
         pytest.skip(NO_TENSOR_CORES_REASON)
 
 
+def skip_unless_gemm_version_runs(version):
+    """Skip a GEMM version this GPU has no kernel for: v5-v9 need the tensor cores (sm_80+),
+    v6-v8 Hopper's wgmma (sm_90)."""
+    from scratchops import versions
+
+    if version >= versions.GEMM_FIRST_TENSOR_CORE_VERSION and not TENSOR_CORES:
+        pytest.skip(NO_TENSOR_CORES_REASON)
+    if version in versions.GEMM_WGMMA_VERSIONS and not HOPPER:
+        pytest.skip("runs on wgmma: needs an sm_90 GPU; scripts/gpu_check.sh runs these on one")
+
 
 def rand(*shape, low=-1.0, high=1.0, device="cuda"):
     """Fresh uniform random float32 values (the global generator moves on every call)."""

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import scratchops
-from helpers import TENSOR_CORES, assert_matches, rand, requires_gpu
+from helpers import (TENSOR_CORES, assert_matches, rand, requires_gpu,
+                     skip_unless_gemm_version_runs)
 from scratchops import _validate, versions
 from scratchops.problems import PROBLEMS, build_pair
 from scratchops.tools.report import ATOL, RTOL
@@ -301,8 +302,7 @@ def test_conv2d_follows_the_tf32_switch_on_both_sides_of_the_rule(cin, k, algori
 @requires_gpu
 @pytest.mark.parametrize("version", sorted(scratchops.GEMM_VERSIONS))
 def test_gemm_follows_the_matmul_switch(version):
-    if version == 5 and not TENSOR_CORES:
-        pytest.skip("version 5 needs an sm_80+ GPU")
+    skip_unless_gemm_version_runs(version)
     a, b = rand(3, 70, 300), rand(300, 45)
     try:
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -1,4 +1,4 @@
-"""The tensor-core kernels (sm_80+): gemm v5, the implicit-GEMM conv2d and the fused P31 and
+"""The tensor-core kernels (sm_80+): gemm v9 (on either engine), the implicit-GEMM conv2d and the fused P31 and
 P85 operators, against torch fp32 (TF32 off) and float64, on every engine the GPU has (an
 sm_90 GPU runs each test on wgmma and again on mma.sync: the `engine` fixture).
 
@@ -60,40 +60,43 @@ def error_floor(ref32, ref64, magnitude64=None):
     return max(max_err(ref32, ref64), torch.finfo(torch.float32).eps * scale)
 
 
-# ------------------------------------------------------------------------------- gemm v5
+# ------------------------------- gemm's tensor-core version on each engine (test_gemm: v5-v9)
+TC = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 7, 3), (31, 67, 13), (127, 131, 137),
                                    (64, 15876, 72), (128, 1234, 576), (257, 1000, 513),
                                    (1031, 509, 1021)])
-def test_gemm_v5_against_fp32_and_float64(m, n, k):
+def test_gemm_tensor_cores_against_fp32_and_float64(m, n, k):
     a, b, bias = rand(m, k), rand(k, n), rand(m)
     poison_next(m, n)
-    out = scratchops.gemm(a, b, bias, version=5)
+    out = scratchops.gemm(a, b, bias, version=TC)
     ref32 = a @ b + bias[:, None]
     ref64 = a.double() @ b.double() + bias.double()[:, None]
     magnitude64 = a.double().abs() @ b.double().abs() + bias.double().abs()[:, None]
     assert_fp32_accurate(out, ref32, ref64, magnitude64=magnitude64)
 
 
-def test_gemm_v5_4096_more_accurate_than_sgemm():
+def test_gemm_tensor_cores_4096_more_accurate_than_sgemm():
     a, b = rand(4096, 4096, low=0.0), rand(4096, 4096, low=0.0)
-    out = scratchops.gemm(a, b, version=5)
+    out = scratchops.gemm(a, b, version=TC)
     ref64 = a.double() @ b.double()
     assert torch.allclose(out, a @ b, atol=ATOL, rtol=RTOL)
     assert max_err(out, ref64) <= 4 * max_err(a @ b, ref64)
 
 
-def test_gemm_v5_inf_and_nan_as_fp32():
+def test_gemm_tensor_cores_inf_and_nan_as_fp32():
     a, b = rand(70, 40, low=0.0), rand(40, 90, low=0.1)
     a[3, 5], a[10, 7], a[20, 1] = float("inf"), float("-inf"), float("nan")
     b[2, 30], b[9, 60] = float("inf"), float("nan")
     a[40, 0] = 3.4028e38  # rounds to Inf in TF32 if split naively
-    out, ref = scratchops.gemm(a, b, version=5), a @ b
+    out, ref = scratchops.gemm(a, b, version=TC), a @ b
     torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL, equal_nan=True)
 
 
-def test_gemm_v5_is_deterministic():
+def test_gemm_tensor_cores_is_deterministic():
     a, b = rand(300, 257), rand(257, 190)
-    assert torch.equal(scratchops.gemm(a, b, version=5), scratchops.gemm(a, b, version=5))
+    assert torch.equal(scratchops.gemm(a, b, version=TC), scratchops.gemm(a, b, version=TC))
 
 
 # ------------------------------------------------------------------ implicit-GEMM conv2d

@@ -174,6 +174,25 @@ TensorCorePath tensor_core_engine(const Tensor& t, const char* what) {
                 found);
 }
 
+// The engine of gemm's tensor-core version `version` for t's device: v9 the one the setting
+// picks, v5 mma.sync, v6-v8 wgmma; refuses a device without it.
+TensorCorePath gemm_engine(const Tensor& t, int version) {
+    if (version == kGemmTensorCoreVersion) return tensor_core_engine(t, "gemm version 9");
+    const Capability cap(t.device().index());
+    char found[32];
+    std::snprintf(found, sizeof found, "sm_%d%d", cap.major, cap.minor);
+    if (!gemm_version_needs_wgmma(version)) {
+        TORCH_CHECK(cap.tensor_cores(), "scratchops: gemm version 5 runs on the tensor cores of "
+                    "an sm_80 or later GPU; this GPU is ", found, " (gemm: version 1-4)");
+        return TensorCorePath::kMmaSync;
+    }
+    char which[8];
+    std::snprintf(which, sizeof which, "%d", version);
+    TORCH_CHECK(cap.hopper(), "scratchops: gemm version ", which, " runs on Hopper's wgmma: an "
+                "sm_90 GPU (H100, H200); this GPU is ", found, " (gemm: version 1-5, or 9)");
+    return TensorCorePath::kWgmma;
+}
+
 // For scratchops run's labels: the engine a tensor-core call on `device` would use.
 std::string tensor_core_engine_name(int64_t device) {
     const std::optional<TensorCorePath> engine = engine_for(static_cast<int>(device));
@@ -262,7 +281,7 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias,
         chosen_version.has_value() ? *chosen_version
         : M >= kGemmTensorCoreMinRows && engine_for(a.device().index()).has_value()
             ? kGemmTensorCoreVersion
-            : kGemmTensorCoreVersion - 1;
+            : kGemmFirstTensorCoreVersion - 1;
     check_choice(version, kGemmTensorCoreVersion, "version");
     const int batch = i32(a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1));
     std::vector<int64_t> shape{M, N};
@@ -273,8 +292,8 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias,
                   b.dim() == 3 ? K * N : 0, M * N, batch, matmul_tf32_allowed()};
     return launch_into(a, shape, "gemm", [&](float* c, cudaStream_t s) {
         args.C = c;
-        if (version == kGemmTensorCoreVersion && K > 0)
-            args.engine = tensor_core_engine(a, "gemm version 5");
+        if (version >= kGemmFirstTensorCoreVersion && K > 0)
+            args.engine = gemm_engine(a, i32(version));
         const long long bytes = gemm_workspace_bytes(i32(version), args, kGemmWorkspaceBudget);
         const at::DataPtr ws = workspace(bytes);
         return gemm_launch(i32(version), args, ws.get(), bytes, s);
@@ -328,7 +347,7 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     const Conv c = conv_setup(x, weight, bias, stride, padding, dilation);
     SCRATCHOPS_ARG(algorithm == 0 || algorithm == 1, "algorithm must be 0 or 1");
     SCRATCHOPS_ARG(workspace_bytes > 0, "workspace_bytes must be positive");
-    check_choice(gemm_version, kGemmTensorCoreVersion - 1, "gemm_version");  // CUDA-core ones
+    check_choice(gemm_version, kGemmFirstTensorCoreVersion - 1, "gemm_version");  // CUDA cores
     return launch_into(x, c.shape, "conv2d", [&](float* y, cudaStream_t s) {
         if (algorithm == 1) {
             const PackedWeights w = packed_weights(weight, c.g);

@@ -52,8 +52,10 @@ def _percent(rate: float | None, ceiling: Ceiling) -> float | None:
 
 def _row(w: Workload, version: str, work: float, ceiling: Ceiling, torch_ms: float,
          timing: Timing | None = None, ok: bool | None = None, max_err: float | None = None,
-         note: str = "") -> dict:
-    """One result row; without `timing` (skipped or failed) the timing fields are None."""
+         note: str = "", err64: tuple[float | None, float | None] = (None, None)) -> dict:
+    """One result row; without `timing` (skipped or failed) the timing fields are None.
+    err64: (this version's, torch's) max |error| against the float64 reference, for the
+    compute-bound kernels."""
     unit = ceiling.unit
     ms = None if timing is None else timing.median_ms
     rate, torch_rate = _rate(work, ms, unit), _rate(work, torch_ms, unit)
@@ -70,6 +72,7 @@ def _row(w: Workload, version: str, work: float, ceiling: Ceiling, torch_ms: flo
         "torch_pct_of_ceiling": _percent(torch_rate, ceiling),
         "flop": w.flop, "bytes": None if w.flop else work,
         "ok": ok, "max_abs_err": max_err,
+        "max_err_f64": err64[0], "torch_max_err_f64": err64[1],
         "note": "; ".join(n for n in (w.note, note) if n),
     }
 
@@ -88,6 +91,15 @@ def _measure(w: Workload, ceilings: dict[str, Ceiling], repeats: int,
              progress: Progress) -> list[dict]:
     inputs = w.make_inputs()
     expected = w.reference(**inputs)
+    # The compute-bound kernels' accuracy: each output's (and torch's) error against the same
+    # computation in float64.
+    expected64 = (w.reference(**{k: v.double() for k, v in inputs.items()})
+                  if w.flop is not None else None)
+
+    def err64(out):
+        return None if expected64 is None else (out.double() - expected64).abs().max().item()
+
+    torch_err64 = err64(expected)
     torch_ms = time_cuda(functools.partial(w.reference, **inputs), repeats=repeats).median_ms
     work = w.flop if w.flop is not None else _bytes_moved(inputs, expected)
     ceiling = ceilings["sgemm" if w.flop is not None else "copy"]
@@ -100,14 +112,17 @@ def _measure(w: Workload, ceilings: dict[str, Ceiling], repeats: int,
             call = functools.partial(fn, **inputs)
             # A failing kernel becomes a row that says so; the sweep goes on to the others.
             try:
-                ok, max_err, note = compare(call(), expected)
+                out = call()
+                ok, max_err, note = compare(out, expected)
+                errors = (err64(out), torch_err64)
+                del out
                 timing = time_cuda(call, repeats=repeats)
             except Exception as exc:  # noqa: BLE001 (any failure is reported in the row)
                 rows.append(_row(w, version, work, ceiling, torch_ms, ok=False,
                                  note=f"error: {first_line(exc)}"))
             else:
                 rows.append(_row(w, version, work, ceiling, torch_ms, timing, ok, max_err,
-                                 note))
+                                 note, errors))
         progress.step(f"{w.kernel} {w.shape} {version}")
     return rows
 
@@ -115,10 +130,12 @@ def _measure(w: Workload, ceilings: dict[str, Ceiling], repeats: int,
 def rows_table(rows: Sequence[dict]) -> str:
     columns = [("kernel", "<"), ("version", "<"), ("shape", "<"), ("ms", ">"),
                ("torch ms", ">"), ("ratio", ">"), ("rate", ">"), ("unit", "<"),
-               ("%ceil", ">"), ("torch %ceil", ">"), ("ok", "<"), ("note", "<")]
+               ("%ceil", ">"), ("torch %ceil", ">"), ("err f64", ">"), ("torch err", ">"),
+               ("ok", "<"), ("note", "<")]
     body = [[r["kernel"], r["version"], r["shape"], fmt(r["ms"], ".4f"),
              fmt(r["torch_ms"], ".4f"), fmt(r["ratio"], ".2f"), fmt(r["rate"], ".1f"),
              r["unit"], fmt(r["pct_of_ceiling"], ".0f"), fmt(r["torch_pct_of_ceiling"], ".0f"),
+             fmt(r.get("max_err_f64"), ".1e"), fmt(r.get("torch_max_err_f64"), ".1e"),
              fmt(r["ok"], ""), r["note"]] for r in rows]
     return format_table(columns, body)
 

@@ -85,16 +85,6 @@ def _gemm(a, b, bias, *, version):
     return scratchops.gemm(a, b, bias, version=version)
 
 
-# v5 once more on the mma.sync engine (forced; on an sm_90 GPU the default runs wgmma), so that
-# the GEMM table shows both tensor-core engines beside cuBLAS.
-MMA_SYNC_ROW = "tensor_cores_3xtf32 mma_sync"
-
-
-def _gemm_on_mma_sync(a, b, bias):
-    with scratchops.tensor_core_path("mma_sync"):
-        return scratchops.gemm(a, b, bias, version=scratchops.versions.GEMM_TENSOR_CORE_VERSION)
-
-
 def _torch_gemm(a, b, bias):
     if b.dim() == 2:
         return torch.addmm(bias[:, None], a, b)
@@ -115,6 +105,10 @@ def _gemm_versions(flop: float, call, table=None) -> tuple[dict, dict]:
     if flop > NAIVE_MAX_FLOP and NAIVE_GEMM_VERSION in table:
         skip[table[NAIVE_GEMM_VERSION]] = (
             f"skipped: the naive GEMM is not timed above {NAIVE_MAX_FLOP:.0e} FLOP")
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() != (9, 0):
+        for v in scratchops.versions.GEMM_WGMMA_VERSIONS:
+            if v in table:
+                skip[table[v]] = "skipped: runs on wgmma, an sm_90 GPU's"
     return versions, skip
 
 
@@ -123,7 +117,6 @@ def _gemm_workload(m: int, n: int, k: int, batch: int | None, note: str = "") ->
     b_shape = (k, n) if batch is None else (batch, k, n)
     flop = 2.0 * (batch or 1) * m * n * k
     versions, skip = _gemm_versions(flop, _gemm)
-    versions[MMA_SYNC_ROW] = _gemm_on_mma_sync
     shape = f"{m}x{n}x{k}" + ("" if batch is None else f" b{batch}")
     return Workload("gemm", shape,
                     lambda: {"a": _rand(m, k), "b": _rand(*b_shape), "bias": _rand(m)},

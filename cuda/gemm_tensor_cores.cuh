@@ -1,17 +1,25 @@
-// gemm_v5_tensor_cores.cuh — GEMM v5: fp32-accurate on the tensor cores (3xTF32), on either
-// engine (gemm.cu's table; the engines: tensor_core_launch.cuh).
+// gemm_tensor_cores.cuh — what GEMM v5 to v9 share (fp32-accurate on the tensor cores,
+// 3xTF32; gemm.cu's table): the row-major A loader, B as the engines' packed operand, the C
+// store, and the launch of each version's kernel:
+//   v5 mma_sync          mma_sync_3xtf32.cuh (sm_80+)
+//   v6 wgmma             gemm_v6_wgmma.cuh (sm_90a, as are v7 to v9)
+//   v7 bulk_copy_ring    gemm_v7_bulk_copy_ring.cuh
+//   v8 warp_specialised  tf32x3.cuh, one CTA a tile
+//   v9 persistent        tf32x3.cuh, one CTA a multiprocessor: the tensor-core GEMM, on the
+//                        engine the call names (GemmArgs::engine: on mma.sync, v5's kernel)
 #pragma once
 
 #include <cstdint>
 
 #include "gemm_common.cuh"
+#include "gemm_v7_bulk_copy_ring.cuh"
 #include "tensor_core_launch.cuh"
 
 namespace scratchops {
 
 // (A named namespace: in a build without sm_90a the kernel using these is empty, and unused
 // members of an unnamed namespace would draw warnings.)
-namespace gemm_v5 {
+namespace gemm_tc {
 
 // A's rows for the tensor-core engine: row m of batch entry b is a + b * stride_a + m * lda.
 struct RowMajorRows {
@@ -106,15 +114,43 @@ inline tc::PackedB tc_layout(int n, int k, int entries) {
     return tc::packed_b_layout(kTcBN, n, k, entries);
 }
 
-}  // namespace gemm_v5
+}  // namespace gemm_tc
 
 namespace {
 
-// v5: the product on the tensor cores, a chunk of batch entries at a time when B is batched
-// and the workspace does not hold every entry's packed B.
-cudaError_t launch_v5_tensor_cores(const GemmArgs& g, void* workspace, long long workspace_bytes,
-                                   cudaStream_t stream) {
-    using namespace gemm_v5;
+// Version `version` (5 to 9) of one chunk of the batch; kTf32: torch allows TF32 for matmuls.
+template <bool kTf32>
+cudaError_t launch_tensor_core_version(int version, TensorCorePath engine,
+                                       const gemm_tc::RowMajorRows& rows,
+                                       const gemm_tc::RowMajorStore& store, const uint8_t* packed,
+                                       const tc::PackedB& layout, int m_rows, int batch,
+                                       bool b_shared, cudaStream_t stream) {
+    using namespace gemm_tc;
+    switch (version) {
+        case 5:
+            return mma_sync::launch<kTcBN, kTcMB, 1, kTf32>(rows, store, packed, layout, m_rows,
+                                                            batch, b_shared, stream);
+        case 6:
+            return gemm_v6::launch<kTcBN, kTcMB, kTf32>(rows, store, packed, layout, m_rows,
+                                                        batch, b_shared, stream);
+        case 7:
+            return gemm_v7::launch<kTcBN, kTcMB, kTcStages, kTf32>(rows, store, packed, layout,
+                                                                   m_rows, batch, b_shared, stream);
+        case 8:
+            return tf32x3::launch<kTcBN, kTcMB, kTcStages, 1, kTf32>(
+                rows, store, packed, layout, m_rows, batch, b_shared, stream, false);
+        case 9:
+            return tensor_core_launch<kTcBN, kTcMB, kTcStages, 1, kTf32>(
+                engine, rows, store, packed, layout, m_rows, batch, b_shared, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
+// v5 to v9: the product on the tensor cores, a chunk of batch entries at a time when B is
+// batched and the workspace does not hold every entry's packed B.
+cudaError_t launch_tensor_cores(int version, const GemmArgs& g, void* workspace,
+                                long long workspace_bytes, cudaStream_t stream) {
+    using namespace gemm_tc;
     const bool b_shared = g.stride_b == 0;
     // Batch entries per launch: all of them, or (a batched B) as many as the workspace holds.
     const long long per_entry = tc_layout(g.N, g.K, 1).tiles_bytes();
@@ -138,10 +174,10 @@ cudaError_t launch_v5_tensor_cores(const GemmArgs& g, void* workspace, long long
         const RowMajorRows rows{g.A + b0 * g.stride_a, g.M, g.K, g.lda, g.stride_a, a_pairs};
         const RowMajorStore store{g.C + b0 * g.stride_c, g.bias, g.M, g.N, g.ldc, g.stride_c,
                                   c_pairs};
-        err = g.tf32 ? tensor_core_launch<kTcBN, kTcMB, kTcStages, 1, true>(
-                           g.engine, rows, store, packed, layout, g.M, count, b_shared, stream)
-                     : tensor_core_launch<kTcBN, kTcMB, kTcStages, 1, false>(
-                           g.engine, rows, store, packed, layout, g.M, count, b_shared, stream);
+        err = g.tf32 ? launch_tensor_core_version<true>(version, g.engine, rows, store, packed,
+                                                        layout, g.M, count, b_shared, stream)
+                     : launch_tensor_core_version<false>(version, g.engine, rows, store, packed,
+                                                         layout, g.M, count, b_shared, stream);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;

@@ -1,0 +1,148 @@
+// gemm_v7_bulk_copy_ring.cuh — GEMM v7: v6 with B brought in by the copy engine, several
+// k-blocks ahead, through a ring of STAGES shared-memory stages guarded by mbarriers (sm_90a).
+//
+// The one idea: in v6 every thread issued 16-byte cp.async copies of B (a k-block's 36 KB
+// is 9 copies a thread) one k-block ahead. Here one thread hands each k-block's B tiles to
+// the copy engine as a single bulk copy (cp.async.bulk: no thread work per byte), STAGES - 1
+// k-blocks ahead, and the stage's "full" mbarrier counts its bytes in: a consumer waits on
+// the barrier's phase instead of on its own copies plus a CTA barrier. The ring's stage
+// kb % STAGES is refilled with k-block kb + STAGES - 1 once every thread is done with k-block
+// kb - 1, which held it: the __syncthreads at the top of k-block kb says so (v8 replaces it
+// with "empty" mbarriers and a producer warpgroup of its own). The copy engine writes through
+// the async proxy, as wgmma reads: no proxy fence.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "gemm_v6_wgmma.cuh"
+
+namespace scratchops {
+namespace gemm_v7 {
+
+using tc::PackedB;
+using tc::TileCoords;
+using tc::TileGrid;
+using gemm_v6::kThreads;
+
+template <int BN, int MB, int STAGES, bool kTf32>
+struct Config {
+    static constexpr int kBM = gemm_v6::kWarpgroups * 64 * MB;
+    static constexpr int kTileBytes = BN * 128;
+    static constexpr int kStageBytes = (kTf32 ? 1 : 3) * kTileBytes;
+    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
+    static_assert(kSmemBytes <= 227 * 1024, "stages must fit in shared memory");
+};
+
+template <int BN, int MB, int STAGES, bool kTf32, class ALoader, class Epilogue>
+__global__ void __launch_bounds__(kThreads, 1)
+    bulk_copy_ring_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
+                          const PackedB layout, const TileGrid grid) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Cfg = Config<BN, MB, STAGES, kTf32>;
+    constexpr int kAcc = BN / 2;
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ uint64_t full_bar[STAGES];
+    const uint32_t raw_addr = smem_address(smem_raw);
+    uint8_t* stages = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
+
+    int b, mt, nt;
+    grid.locate(blockIdx.x, b, mt, nt);
+    const int num_kb = layout.num_kb;
+    const TileCoords me{0, 0, 0, static_cast<int>(threadIdx.x) / 128,
+                        static_cast<int>(threadIdx.x) / 32 % 4, static_cast<int>(threadIdx.x) % 32};
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < STAGES; ++i) mbarrier_init(&full_bar[i], 1);
+        fence_barrier_init();
+    }
+    // (This barrier also publishes the initialised mbarriers.)
+    const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
+    const uint32_t copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
+    const uint8_t* b_tiles =
+        packed_b + (static_cast<long long>(grid.b_shared ? 0 : b) * grid.n_tiles + nt) * num_kb *
+                       layout.stage_bytes();
+    auto copy_stage = [&](int kb) {  // thread 0: k-block kb's B tiles into stage kb % STAGES
+        const int stage = kb % STAGES;
+        mbarrier_arrive_expect_tx(&full_bar[stage], copy_bytes);
+        bulk_copy_to_shared(stages + stage * Cfg::kStageBytes, b_tiles + kb * layout.stage_bytes(),
+                            copy_bytes, &full_bar[stage]);
+    };
+    if (threadIdx.x == 0)
+        for (int kb = 0; kb < STAGES - 1 && kb < num_kb; ++kb) copy_stage(kb);
+
+    typename ALoader::Row rows[MB][2];
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            rows[mb][h] = loader.row(b, mt * Cfg::kBM + me.tile_row<MB>(mb, h));
+    typename ALoader::KPtr next[MB][2];
+    auto point_at = [&](int kb) {
+        const typename ALoader::KBlock blk = loader.kblock(kb, me.lane % 4);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                next[mb][h] = kb < num_kb ? loader.kptr(rows[mb][h], blk) : loader.none();
+    };
+    float raw[MB][2][8];
+    point_at(0);
+    tc::fetch_kblock(loader, next, raw);
+    point_at(1);
+
+    float total[MB][kAcc], part[MB][kAcc];
+    float(&acc)[MB][kAcc] = kTf32 ? total : part;
+    tc::set_zero(total);
+    uint32_t a_big[MB][4], a_small[MB][4], a_cross[MB][4];
+    for (int kb = 0; kb < num_kb; ++kb) {
+        __syncthreads();  // every thread is done with k-block kb - 1: its stage may refill
+        if (threadIdx.x == 0 && kb + STAGES - 1 < num_kb) copy_stage(kb + STAGES - 1);
+        const int stage = kb % STAGES;
+        mbarrier_wait(&full_bar[stage], (kb / STAGES) & 1);  // k-block kb's bytes are in
+        const tf32x3::StageDescriptors<Cfg::kTileBytes> desc(
+            smem_address(stages + stage * Cfg::kStageBytes), b_cross_tile);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            tc::a_fragments<kTf32>(raw, loader, next, s, a_big, a_small, a_cross, [](int) {});
+            const int accumulate = s > 0 || (kTf32 && kb > 0);
+            tf32x3::kstep_wgmmas<BN, kTf32>(acc, a_big, a_small, a_cross, desc.big + 2 * s,
+                                            desc.small + 2 * s, desc.cross + 2 * s, accumulate);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) {
+                pin_registers(acc[mb]);
+                tf32x3::pin_a<kTf32>(a_big[mb], a_small[mb], a_cross[mb]);
+            }
+        }
+        point_at(kb + 2);
+        if (!kTf32) tc::add_to(total, part);
+    }
+    epilogue.template store<BN, MB>(
+        total, TileCoords{b, mt * Cfg::kBM, nt * BN, me.warpgroup, me.warp, me.lane},
+        epilogue.prepare(me));
+#else
+    __trap();  // built without sm_90a: the caller refuses this version on other GPUs
+#endif
+}
+
+// tf32x3::launch's contract, one CTA a tile.
+template <int BN, int MB, int STAGES, bool kTf32, class ALoader, class Epilogue>
+cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_t* packed,
+                   const PackedB& layout, int m_rows, int batch, bool b_shared,
+                   cudaStream_t stream) {
+    using Cfg = Config<BN, MB, STAGES, kTf32>;
+    auto kernel = bulk_copy_ring_kernel<BN, MB, STAGES, kTf32, ALoader, Epilogue>;
+    static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
+    TileGrid grid;
+    int tiles = 0;
+    const cudaError_t err = tc::prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows,
+                                               Cfg::kBM, layout, batch, b_shared, grid, tiles);
+    if (err != cudaSuccess || tiles == 0) return err;
+    kernel<<<tiles, kThreads, Cfg::kSmemBytes, stream>>>(loader, epilogue, packed, layout, grid);
+    return cudaGetLastError();
+}
+
+}  // namespace gemm_v7
+}  // namespace scratchops
