@@ -1,5 +1,5 @@
-// conv_gn_pool.cu — P85 in one pass, the host side: the workspace, the choice between v1
-// and v2, and the launches (the kernels and their derivation: conv_gn_pool.cuh and the files
+// conv_gn_pool.cu — P85 in one pass, the host side: the workspace, the choice of version,
+// and the launches (the kernels and their derivation: conv_gn_pool.cuh and the files
 // it lists).
 #include <type_traits>
 
@@ -7,6 +7,7 @@
 #include "conv_gn_pool_finalize.cuh"
 #include "conv_gn_pool_v1.cuh"
 #include "conv_gn_pool_v2.cuh"
+#include "conv_gn_pool_v3.cuh"
 #include "tensor_core_launch.cuh"
 
 namespace scratchops {
@@ -19,8 +20,8 @@ long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2d
     return 4 * (stats_floats(batch, g, groups) + extremes);
 }
 
-cudaError_t conv_gn_pool_launch(int version, const float* x, const void* packed,
-                                const GnPoolArgs& a, float* y,
+cudaError_t conv_gn_pool_launch(int version, const float* x, const float* weight,
+                                const void* packed, const GnPoolArgs& a, float* y,
                                 int batch, int out_channels, const Conv2dGeometry& g, bool tf32,
                                 TensorCorePath engine, void* workspace, cudaStream_t stream) {
     using namespace conv_gn_pool;
@@ -31,7 +32,7 @@ cudaError_t conv_gn_pool_launch(int version, const float* x, const void* packed,
         return cudaErrorInvalidValue;  // the caller picks the three-stage chain for these
     const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
     const BandPixels bands = band_pixels(g, kBandCols);
-    const BandPixels v2_bands = band_pixels(g, kV2BandCols);
+    const BandPixels wide_bands = band_pixels(g, kWideBandCols);
     auto* stats = static_cast<float*>(workspace);
     float* extremes = stats + stats_floats(batch, g, a.groups);
     const Params params{a.conv_bias, a.gamma, a.scale, stats, extremes, a.groups, g.out_h / kPool,
@@ -42,8 +43,8 @@ cudaError_t conv_gn_pool_launch(int version, const float* x, const void* packed,
     const auto* p = static_cast<const uint8_t*>(packed);
     cudaError_t err = cudaSuccess;
     BandPixels finalize_bands = bands;  // the tiles whose statistics the finalize merges
-    V2Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
-                  (kV2BandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
+    V3Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
+                  (kWideBandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
                   g.kernel_h * g.kernel_w, 0, 0, -1, {}};
     shape.raw_pitch = (shape.halo_w + 3) / 4 * 4;
     shape.wide = g.stride_w == 1 && g.width % 4 == 0 && g.pad_w % 4 == 0 &&
@@ -51,35 +52,39 @@ cudaError_t conv_gn_pool_launch(int version, const float* x, const void* packed,
     const int cpg = out_channels / a.groups;
     for (int shift = 0; shift <= 3; ++shift)
         if (cpg == 1 << shift) shape.group_shift = shift;
-    for (int j = 0; j < kV2MaxTaps && j < shape.taps; ++j)
+    for (int j = 0; j < kV3MaxTaps && j < shape.taps; ++j)
         shape.tap_offset[j] =
             (j / g.kernel_w) * g.dil_h * shape.halo_w + (j % g.kernel_w) * g.dil_w;
-    // (v2 computes fp32-accurate products only; the reductions it covers, at most 96 long, are
+    // (v3 computes fp32-accurate products only; the reductions it covers, at most 96 long, are
     // below the TF32 rule's kTf32MinReduction anyway.)
-    if (version == 2 && engine == TensorCorePath::kWgmma && !tf32 && g.channels <= 8 &&
-        layout.num_kb <= kV2MaxKBlocks &&
+    if (version == kConvGnPoolCudaCoreVersion) {
+        err = tf32 ? launch_v1<true>(x, weight, params, g, batch, out_channels, wide_bands, stream)
+                   : launch_v1<false>(x, weight, params, g, batch, out_channels, wide_bands, stream);
+        finalize_bands = wide_bands;
+    } else if (version == 3 && engine == TensorCorePath::kWgmma && !tf32 && g.channels <= 8 &&
+        layout.num_kb <= kV3MaxKBlocks &&
         shape.halo_h * shape.raw_pitch <= kHaloPixels) {
-        const int smem = v2_smem_bytes(layout.num_kb);
+        const int smem = v3_smem_bytes(layout.num_kb);
         // The limit, once per device: the most any launch asks (common.cuh).
         static std::atomic<unsigned long long> smem_set_on;
         err = once_per_device(smem_set_on, [] {
-            return cudaFuncSetAttribute(conv_gn_pool_v2_kernel,
+            return cudaFuncSetAttribute(conv_gn_pool_v3_kernel,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        v2_smem_bytes(kV2MaxKBlocks));
+                                        v3_smem_bytes(kV3MaxKBlocks));
         });
         if (err != cudaSuccess) return err;
-        const long long tiles = static_cast<long long>(batch) * v2_bands.tiles_per_image;
+        const long long tiles = static_cast<long long>(batch) * wide_bands.tiles_per_image;
         // A CTA's warpgroups take a tile each.
-        const long long groups_of_tiles = (tiles + kV2Warpgroups - 1) / kV2Warpgroups;
+        const long long groups_of_tiles = (tiles + kV3Warpgroups - 1) / kV3Warpgroups;
         const int ctas = static_cast<int>(
             groups_of_tiles < sm_count() ? groups_of_tiles : sm_count());
-        conv_gn_pool_v2_kernel<<<ctas, kV2Threads, smem, stream>>>(x, p, layout, params, f,
-                                                                   v2_bands, shape);
-        finalize_bands = v2_bands;
+        conv_gn_pool_v3_kernel<<<ctas, kV3Threads, smem, stream>>>(x, p, layout, params, f,
+                                                                   wide_bands, shape);
+        finalize_bands = wide_bands;
         err = cudaGetLastError();
     } else {
         const StatsAndExtremes epilogue{params, f, bands};
-        auto v1 = [&](auto kTf32) {
+        auto v2 = [&](auto kTf32) {
             constexpr bool kT = decltype(kTf32)::value;
             return g.channels % 8 == 0
                        ? tensor_core_launch<kBN, kMB, kStages, 1, kT>(
@@ -89,7 +94,7 @@ cudaError_t conv_gn_pool_launch(int version, const float* x, const void* packed,
                              engine, conv_tc::Im2colRows<false, BandPixels>{x, f, bands},
                              epilogue, p, layout, static_cast<int>(rows), 1, true, stream);
         };
-        err = tf32 ? v1(std::true_type{}) : v1(std::false_type{});
+        err = tf32 ? v2(std::true_type{}) : v2(std::false_type{});
     }
     if (err != cudaSuccess) return err;
     const int windows = (g.out_h / kPool) * (g.out_w / kPool);

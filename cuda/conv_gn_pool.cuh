@@ -10,31 +10,36 @@
 // runs. The statistics need every conv output of the group (the whole plane, also the rows
 // and columns no window covers); the pooling needs only one extreme per window.
 //
-// Versions:
-//   v1 two kernels. (1) The implicit-GEMM convolution (tf32x3.cuh, conv_implicit.cuh) on
-//      tiles of 4 output rows x 32 columns (one band of pooling windows), whose epilogue,
-//      instead of storing the tile, writes (a) per (sample, tile, group) the tile's mean and
-//      sum of squared deviations (two passes over the values in registers: exact centering,
-//      no cancellation when |mean| >> std), and (b) per (sample, channel, window) the max or
-//      the min of the conv values. (2) A finalize kernel, one block per (sample, group),
-//      merges the tiles' statistics in a fixed order (as sums about one tile's mean, the
-//      shifted-data formulas: deterministic, no atomics, no division per merge), then maps
-//      each window's extreme through the affine map and clamps.
-//   v2 the same two kernels and the same workspace, with a convolution kernel of its own for
-//      Cin <= 8 (P85's 8): the input halo of a tile staged and split once in shared memory
-//      instead of every im2col value gathered and split, one k-step a tap instead of the
-//      packing's padded 4-taps-a-k-step order, and three warpgroups on separate 4 x 16 tiles
-//      so that one's epilogue overlaps the others' wgmmas (see "v2" below).
-//      Selectable (the operator's `version`): version 2, the default, runs v2 where it
-//      covers the call on the wgmma engine and v1 elsewhere; version 1 always runs v1 (on
-//      either tensor-core engine: tensor_core_launch.cuh).
+// Versions, one idea each:
+//   v1 the idea alone, on the CUDA cores (any GPU): one block per tile of 4 output rows x 16
+//      columns, one thread per (channel, pooling window) computing its 16 conv outputs by a
+//      direct convolution, then (a) the window's max or min, (b) per (tile, group) the mean
+//      and centred sum of squares of the conv values (Chan merges across threads). (2) A
+//      finalize kernel, one block per (sample, group), merges the tiles' statistics in a
+//      fixed order (as sums about one tile's mean, the shifted-data formulas: deterministic,
+//      no atomics, no division per merge), then maps each window's extreme through the
+//      affine map and clamps.
+//   v2 the convolution on the tensor cores: the implicit-GEMM convolution (tf32x3.cuh,
+//      conv_implicit.cuh) on tiles of 4 output rows x 32 columns (one band of pooling
+//      windows), whose epilogue, instead of storing the tile, writes v1's (a) and (b) from
+//      the accumulators (two passes over the values in registers: exact centring, no
+//      cancellation when |mean| >> std); the same finalize. Either tensor-core engine
+//      (tensor_core_launch.cuh).
+//   v3 v2 with a convolution kernel of its own for Cin <= 8 (P85's 8): the input halo of a
+//      tile staged and split once in shared memory instead of every im2col value gathered
+//      and split, one k-step a tap instead of the packing's padded 4-taps-a-k-step order,
+//      and three warpgroups on separate 4 x 16 tiles so that one's epilogue overlaps the
+//      others' wgmmas (see conv_gn_pool_v3.cuh).
+//   Selectable (the operator's `version`): version 3, the default, runs v3 where it covers
+//   the call on the wgmma engine and v2 elsewhere; versions 1 and 2 always run themselves.
 //   Memory traffic (P85 at batch 128): the input once (67 MB, plus cache re-reads), the
 //   extremes written and read once (32 MB each), the output (32 MB), the statistics (1 MB).
 //
 // The files: this header (the derivation above, the tile order and what the versions share),
-// conv_gn_pool_v1.cuh (v1's epilogue on the tensor-core engines), conv_gn_pool_v2.cuh (v2's
-// kernel), conv_gn_pool_finalize.cuh (the finalize kernel both share) and conv_gn_pool.cu
-// (the host side: workspace, the choice of version, the launches).
+// conv_gn_pool_v1.cuh (v1's kernel), conv_gn_pool_v2.cuh (v2's epilogue on the tensor-core
+// engines), conv_gn_pool_v3.cuh (v3's kernel, with _v3_halo.cuh and _v3_epilogue.cuh),
+// conv_gn_pool_finalize.cuh (the finalize kernel all share) and conv_gn_pool.cu (the host
+// side: workspace, the choice of version, the launches).
 #pragma once
 
 #include "conv_implicit.cuh"
@@ -49,7 +54,7 @@ using tc::TileCoords;
 constexpr int kPool = 4;                       // pooling window and stride (P85's MaxPool2d(4))
 constexpr int kBandCols = 32;                  // a tile: kPool rows x 32 columns = 128 GEMM rows
 constexpr int kTileRows = kPool * kBandCols;   // = 2 warpgroups x 64
-constexpr int kV2BandCols = 16;                // v2's tile: kPool rows x 16 columns = 64 rows
+constexpr int kWideBandCols = 16;              // v1's and v3's tile: kPool rows x 16 columns
 enum : int { kWindowsPerTile = kBandCols / kPool };  // (an enum: unused without sm_90a)
 constexpr int kBN = 64, kMB = 1, kStages = 8;  // every output channel in one tile
 static_assert(kTileRows == tf32x3::kConsumerWarpgroups * 64 * kMB, "a tile is one band");
@@ -57,7 +62,8 @@ static_assert(kTileRows == tf32x3::kConsumerWarpgroups * 64 * kMB, "a tile is on
 // Tile order: tile = (n * bands + band) * col_blocks + col_block; GEMM row m of the tile
 // kTileRows * tile + i is output pixel (4 * band + i / 32, 32 * col_block + i % 32).
 struct BandPixels {
-    int tiles_per_image, col_blocks, cols;  // cols: a tile's columns (v1 kBandCols, v2 kV2BandCols)
+    // cols: a tile's columns (v2 kBandCols, v1 and v3 kWideBandCols)
+    int tiles_per_image, col_blocks, cols;
     FastDiv by_tiles, by_col_blocks;
     __device__ void tile(int t, int& n, int& band, int& col_block) const {
         n = by_tiles.div(t);
@@ -119,9 +125,11 @@ inline BandPixels band_pixels(const Conv2dGeometry& g, int cols) {
     return b;
 }
 
-// Room for the statistics of the narrower tiles (v2's), which v1's wider ones also fit in.
+// Room for the statistics of the narrower tiles (v1's and v3's), which v2's wider ones also
+// fit in.
 inline long long stats_floats(int batch, const Conv2dGeometry& g, int groups) {
-    return static_cast<long long>(batch) * band_pixels(g, kV2BandCols).tiles_per_image * groups * 2;
+    return static_cast<long long>(batch) * band_pixels(g, kWideBandCols).tiles_per_image *
+           groups * 2;
 }
 }  // namespace conv_gn_pool
 }  // namespace scratchops

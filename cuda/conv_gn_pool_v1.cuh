@@ -1,5 +1,23 @@
-// conv_gn_pool_v1.cuh — P85's one pass, v1 (see conv_gn_pool.cuh): the implicit-GEMM
-// convolution on either tensor-core engine, with this epilogue in place of a store.
+// conv_gn_pool_v1.cuh — P85's one pass, v1 (see conv_gn_pool.cuh): the idea on the CUDA
+// cores, for any GPU, in one kernel a learner can read at a sitting; the finalize kernel
+// (conv_gn_pool_finalize.cuh) then maps the extremes.
+//
+// One block per tile: kPool conv output rows x kWideBandCols columns of one sample, every
+// output channel. Thread t = kWindows * co + w owns channel co and the tile's pooling window w
+// (4 x 4 conv outputs, columns kPool * w ..): the 64 channels x 4 windows of a tile are the
+// block's 256 threads, and a channel's 4 windows are 4 neighbouring lanes of one warp.
+// Each thread:
+//   (1) computes its 16 conv outputs by a direct convolution (every tap of every input
+//       channel: the input from global memory, where the L1 cache serves the neighbours'
+//       overlapping reads; weight and bias added in fp32, as torch's direct algorithm);
+//   (2) writes its window's max, or its min where gamma * scale < 0 (the derivation at the
+//       top of conv_gn_pool.cuh), when the window is one of the pooling output's;
+//   (3) keeps the count, mean and centred sum of squares of its outputs inside the conv
+//       output (the tile's bottom and right edges can be partial), merged over the channel's
+//       4 lanes (Chan, shuffles), then over the group's channels in order, into the tile's
+//       statistics for the finalize.
+// TF32 allowed (the operator's rule): both operands rounded to TF32 before each fp32
+// product, as a TF32 convolution computes.
 #pragma once
 
 #include "conv_gn_pool.cuh"
@@ -7,127 +25,118 @@
 namespace scratchops {
 namespace conv_gn_pool {
 
-struct StatsAndExtremes {
-    Params p;
-    ConvGeometryFast f;
-    BandPixels bands;
+constexpr int kV1Windows = kWideBandCols / kPool;  // pooling windows a tile
+constexpr int kV1Threads = kBN * kV1Windows;       // one per (channel, window)
 
-    // Per thread, once: its 16 channels 8 nb + 2t + j (element 2 nb + j) bias and sign, and the
-    // sign of the channel it combines across rows (thread 32 w + lane: channel lane % 64).
-    struct Prepared {
-        float bias[kBN / 4], sign[kBN / 4];
-        float combine_sign;
-    };
-    __device__ Prepared prepare(const TileCoords& tc) const {
-        Prepared prep;
-        const int t = tc.lane % 4;
-#pragma unroll
-        for (int i = 0; i < kBN / 4; ++i) {
-            const int co = 8 * (i / 2) + 2 * t + i % 2;
-            prep.bias[i] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
-            prep.sign[i] = extreme_sign(p, f.cout, co);
-        }
-        prep.combine_sign = extreme_sign(p, f.cout, (32 * (4 * tc.warpgroup + tc.warp) + tc.lane) % kBN);
-        return prep;
-    }
+template <bool kTf32>
+__device__ __forceinline__ float operand(float v) {
+    return kTf32 ? __uint_as_float(tf32_nearest(v)) : v;
+}
 
-    template <int BN, int MB>
-    __device__ void store(const float (&acc)[MB][BN / 2], const TileCoords& tc,
-                          const Prepared& prep) const {
-        static_assert(BN == kBN && MB == kMB, "one tile shape");
-        __shared__ float partial[8][kBN];  // per consumer warp and channel
-        __shared__ float group_mean[kBN];
-        __shared__ float extreme[kPool][kWindowsPerTile][kBN];  // [band row][window][channel]
-        const int t = tc.lane % 4, g = tc.lane / 4;
-        const int cwarp = 4 * tc.warpgroup + tc.warp;  // 0..7
-        const int cthread = 32 * cwarp + tc.lane;      // 0..255
-        int n, band, col_block;
-        bands.tile(tc.m0 / kTileRows, n, band, col_block);
-        // This warp's band row and this thread's two columns (h = 0, 1).
-        const int row = 2 * tc.warpgroup + tc.warp / 2;
-        const int oh = kPool * band + row;
-        bool valid[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int ow = kBandCols * col_block + 16 * (tc.warp % 2) + g + 8 * h;
-            valid[h] = oh < f.g.out_h && ow < f.g.out_w;
-        }
-        // The conv values: element 4 nb + 2h + j is (column h, channel 8 nb + 2t + j).
-        float v[BN / 2];
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) v[i] = acc[0][i] + prep.bias[2 * (i / 4) + i % 2];
-        const int cpg = f.cout / p.groups;
-        const int rows_here = min(kPool, f.g.out_h - kPool * band);
-        const int cols_here = min(kBandCols, f.g.out_w - kBandCols * col_block);
-        const float count = static_cast<float>(rows_here * cols_here * cpg);
+template <bool kTf32>
+__global__ void __launch_bounds__(kV1Threads)
+    conv_gn_pool_v1_kernel(const float* __restrict__ x, const float* __restrict__ weight,
+                           Params p, Conv2dGeometry g, int cout, BandPixels bands) {
+    const int tile = blockIdx.x;
+    int n, band, col_block;
+    bands.tile(tile, n, band, col_block);
+    const int co = threadIdx.x / kV1Windows, w = threadIdx.x % kV1Windows;
+    const int oh0 = kPool * band, ow0 = kWideBandCols * col_block + kPool * w;
+    // The outputs of this window inside the conv output: rows x cols of the 4 x 4.
+    const int rows = min(kPool, g.out_h - oh0), cols = max(0, min(kPool, g.out_w - ow0));
 
-        // Per-channel sums over this tile's valid pixels: a thread's 2 columns, then its warp's
-        // 8 lanes g (xor 4, 8, 16), then the 8 warps in a fixed order.
-        auto channel_sums_to_partial = [&](auto term) {
+    // (1) v[i][j] = conv output (co, oh0 + i, ow0 + j), bias included.
+    float v[kPool][kPool];
+    const float bias = p.conv_bias != nullptr && co < cout ? p.conv_bias[co] : 0.0f;
 #pragma unroll
-            for (int nb = 0; nb < BN / 8; ++nb)
+    for (int i = 0; i < kPool; ++i)
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    const int co = 8 * nb + 2 * t + j;
-                    const float s = warp_xor_reduce<4, 32>(
-                        (valid[0] ? term(v[4 * nb + j], co) : 0.0f) +
-                            (valid[1] ? term(v[4 * nb + 2 + j], co) : 0.0f),
-                        Sum{});
-                    if (g == 0) partial[cwarp][co] = s;
+        for (int j = 0; j < kPool; ++j) v[i][j] = 0.0f;
+    if (co < cout) {
+        const long long plane = static_cast<long long>(g.height) * g.width;
+        for (int ci = 0; ci < g.channels; ++ci) {
+            const float* in = x + (static_cast<long long>(n) * g.channels + ci) * plane;
+            for (int r = 0; r < g.kernel_h; ++r)
+                for (int s = 0; s < g.kernel_w; ++s) {
+                    const float wv = operand<kTf32>(
+                        weight[((co * g.channels + ci) * g.kernel_h + r) * g.kernel_w + s]);
+#pragma unroll
+                    for (int i = 0; i < kPool; ++i) {
+                        const int ih = (oh0 + i) * g.stride_h - g.pad_h + r * g.dil_h;
+#pragma unroll
+                        for (int j = 0; j < kPool; ++j) {
+                            const int iw = (ow0 + j) * g.stride_w - g.pad_w + s * g.dil_w;
+                            const bool inside = static_cast<unsigned>(ih) < unsigned(g.height) &&
+                                                static_cast<unsigned>(iw) < unsigned(g.width);
+                            if (inside && i < rows && j < cols)
+                                v[i][j] = fmaf(wv, operand<kTf32>(in[ih * g.width + iw]), v[i][j]);
+                        }
+                    }
                 }
-        };
-        auto group_total = [&](int group) {
-            float s = 0.0f;
-            for (int co = group * cpg; co < (group + 1) * cpg; ++co)
-#pragma unroll
-                for (int w = 0; w < 8; ++w) s += partial[w][co];
-            return s;
-        };
-
-        channel_sums_to_partial([](float x, int) { return x; });
-        consumers_sync();
-        if (cthread < p.groups) group_mean[cthread] = group_total(cthread) / count;
-        consumers_sync();
-        channel_sums_to_partial([&](float x, int co) {
-            const float d = x - group_mean[co / cpg];
-            return d * d;
-        });
-        consumers_sync();
-        if (cthread < p.groups) {
-            float* out = stats_at(p.tile_stats, bands, p.groups, n, cthread,
-                                  tc.m0 / kTileRows - n * bands.tiles_per_image);
-            out[0] = group_mean[cthread];
-            out[1] = group_total(cthread);
         }
-
-        // Window extremes: over a window's 4 columns, lanes g, g ^ 1, g ^ 2, g ^ 3 (xor 4, 8);
-        // then over its 4 rows, which are 4 warps, through shared memory.
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) {
-            const float e = warp_xor_reduce<4, 16>(prep.sign[2 * (i / 4) + i % 2] * v[i],
-                                                   NanMax{});
-            const int nb = i / 4, h = (i / 2) % 2, j = i % 2;
-            if (g % 4 == 0)
-                extreme[row][4 * (tc.warp % 2) + 2 * h + g / 4][8 * nb + 2 * t + j] = e;
-        }
-        consumers_sync();
-        for (int i = cthread; i < kWindowsPerTile * kBN; i += 128 * tf32x3::kConsumerWarpgroups) {
-            const int w = i / kBN, co = i % kBN;  // co = cthread % kBN: prep.combine_sign's
-            const int wc = kWindowsPerTile * col_block + w;
-            if (co >= f.cout || band >= p.pool_h || wc >= p.pool_w) continue;
-            float e = extreme[0][w][co];
-#pragma unroll
-            for (int r = 1; r < kPool; ++r) e = nan_max(e, extreme[r][w][co]);
-            p.extremes[((static_cast<long long>(n) * f.cout + co) * p.pool_h + band) * p.pool_w +
-                       wc] = prep.combine_sign * e;
-        }
-        consumers_sync();  // the shared arrays are free for the next tile
     }
-};
+#pragma unroll
+    for (int i = 0; i < kPool; ++i)
+#pragma unroll
+        for (int j = 0; j < kPool; ++j) v[i][j] += bias;
 
-// One block per (sample n, group), blockIdx = (n, group): merge the tiles' statistics, then
-// write the group's channels' pooled, normalised, scaled and clamped outputs. Its blocks are
-// short and many run at once, so the instructions they issue count (docs/notes.md): no
-// integer division (FastDiv, a 2-D grid), one shared load of a channel's parameters.
+    // (2) The window's extreme: pooling windows lie whole inside the conv output.
+    const int window_col = kV1Windows * col_block + w;
+    if (co < cout && band < p.pool_h && window_col < p.pool_w) {
+        const bool minimum = extreme_sign(p, cout, co) < 0.0f;
+        float e = v[0][0];
+#pragma unroll
+        for (int i = 0; i < kPool; ++i)
+#pragma unroll
+            for (int j = 0; j < kPool; ++j) e = minimum ? nan_min(e, v[i][j]) : nan_max(e, v[i][j]);
+        p.extremes[((static_cast<long long>(n) * cout + co) * p.pool_h + band) * p.pool_w +
+                   window_col] = e;
+    }
+
+    // (3) Moments of the outputs inside the conv output: the sum, then the squares centred on
+    // the mean (two passes over the registers), merged over the channel's 4 windows.
+    Moments m{static_cast<float>(rows * cols), 0.0f, 0.0f};
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPool; ++i)
+#pragma unroll
+        for (int j = 0; j < kPool; ++j) sum += i < rows && j < cols ? v[i][j] : 0.0f;
+    m.mean = m.count > 0.0f ? sum / m.count : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPool; ++i)
+#pragma unroll
+        for (int j = 0; j < kPool; ++j) {
+            const float d = v[i][j] - m.mean;
+            m.m2 += i < rows && j < cols ? d * d : 0.0f;
+        }
+    m = warp_xor_reduce<1, kV1Windows>(m, Merge<>{});  // lanes xor 1, 2: the channel's windows
+
+    // The group's channels in order, by one thread a group.
+    __shared__ Moments channel[kBN];
+    if (w == 0) channel[co] = m;
+    __syncthreads();
+    const int group = threadIdx.x;
+    if (group < p.groups) {
+        const int cpg = cout / p.groups;
+        Moments total{0.0f, 0.0f, 0.0f};
+        for (int c = group * cpg; c < (group + 1) * cpg; ++c) total = merged(total, channel[c]);
+        float* out = stats_at(p.tile_stats, bands, p.groups, n, group,
+                              tile - n * bands.tiles_per_image);
+        out[0] = total.mean;
+        out[1] = total.m2;
+    }
+}
+
+// v1's launch: one block a tile (at most 2^31 - 1 of them: the caller checks).
+template <bool kTf32>
+cudaError_t launch_v1(const float* x, const float* weight, const Params& p,
+                      const Conv2dGeometry& g, int batch, int cout, const BandPixels& bands,
+                      cudaStream_t stream) {
+    const long long tiles = static_cast<long long>(batch) * bands.tiles_per_image;
+    conv_gn_pool_v1_kernel<kTf32><<<static_cast<unsigned>(tiles), kV1Threads, 0, stream>>>(
+        x, weight, p, g, cout, bands);
+    return cudaGetLastError();
+}
+
 }  // namespace conv_gn_pool
 }  // namespace scratchops

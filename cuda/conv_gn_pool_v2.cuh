@@ -1,205 +1,133 @@
-// conv_gn_pool_v2.cuh — P85's one pass, v2 (see conv_gn_pool.cuh): a convolution kernel of
-// its own on the wgmma engine's instructions, for Cin <= 8. Its shared-memory layout and
-// data movement are in conv_gn_pool_v2_halo.cuh, its epilogue in
-// conv_gn_pool_v2_epilogue.cuh; here the products and the kernel's loop over tiles.
+// conv_gn_pool_v2.cuh — P85's one pass, v2 (see conv_gn_pool.cuh): the implicit-GEMM
+// convolution on either tensor-core engine, with this epilogue in place of a store.
 #pragma once
 
-#include "conv_gn_pool_v2_epilogue.cuh"
+#include "conv_gn_pool.cuh"
 
 namespace scratchops {
 namespace conv_gn_pool {
 
-// One CTA per SM (persistent), 384 threads = three warpgroups that work apart: each takes its
-// own tiles of 4 output rows x 16 columns (64 GEMM rows, one m64 wgmma) and synchronises
-// only its own 128 threads (named barriers), so one warpgroup's epilogue runs while the
-// others' wgmmas keep the tensor cores busy (three, not two: the kernel is bound by latency,
-// and 168 registers a thread still fit). Shared: the weights; per warpgroup: the rest.
-//   weights  the packed B (all k-blocks: big, small, cross) copied into shared memory once,
-//            re-laid so that k-step j is tap j's 8 channels (the packing interleaves 4 taps
-//            per k-step, for v1's gather): 9 k-steps for a 3 x 3 kernel instead of 12.
-//   halo     per tile, the input patch its outputs read (HR x HC pixels x 8 channels),
-//            copied from global memory one tile ahead (cp.async, no registers held; 16 bytes
-//            of a row at a time where the rows are 16-byte aligned, as at P85's size), split
-//            once into TF32 big / small / cross and stored channel-last. v1 split every im2col
-//            value (each input value 9 times for a 3 x 3 kernel) and gathered it with its own
-//            load; here a thread's A registers are two-value shared loads.
-//   mma      both operands' products in two accumulators: the cross terms in one, big * big
-//            in the other, added once at the end (the cross terms never meet the large
-//            running sum inside the tensor cores' truncating accumulation).
-//   epilogue the tile goes through shared memory as [channel][pixel]; a thread then owns one
-//            (channel, pooling window) at a time: four 16-byte loads and the window's extreme;
-//            the channel's mean and centred sum of squares over the tile, in two passes whose
-//            sums join the 4 windows' lanes (shuffles); Chan merges join the channels of a
-//            group (shuffles where the group lies in one warp's lanes). gamma * scale's sign is
-//            folded into the weights and the conv bias added only to the results, so the
-//            16 values of a window take no operation before their max and moments.
-// Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
-// a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v1 otherwise.
-// (3) A tile's products, one k-step a tap: the thread's A registers are channels quad_col
-// and quad_col + 4 of tap j at its two rows' pixels (halo byte offsets row_at), then 3
-// wgmmas. In a tile of finite values (all but those with an Inf or NaN input) and finite
-// weights (kFinite), the cross parts are the big parts, so a tap needs two parts of A, B's
-// big tile serves its cross terms, and tap j + 1's registers are loaded before tap j's
-// wgmmas are issued (three buffers): the loads' latency hides behind the wait for tap j - 1,
-// instead of stalling the next wgmma. Other tiles load all three parts of a tap just before
-// its wgmmas and wait for them, one tap at a time.
-template <bool kFinite, int kAcc>
-__device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&acc_cross)[kAcc],
-                                              const uint8_t* halo, const int (&row_at)[2],
-                                              const V2Shape& shape, uint64_t desc0,
-                                              bool b_cross_tile) {
-    using Mma = WgmmaTf32Rs<kBN>;
-    constexpr int kParts = kFinite ? 2 : 3;  // big, small (, cross)
-    constexpr int kBuffers = kFinite ? 3 : 1;
-    uint32_t a[kBuffers][kParts][4];  // [buffer][part][wgmma register]
-    auto load_tap = [&](int j, uint32_t (&buf)[kParts][4]) {
-        const int tap_at = shape.tap_offset[j] * kHaloPixelBytes;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int part = 0; part < kParts; ++part) {
-                const uint2 v = *reinterpret_cast<const uint2*>(halo + part * kHaloArrayBytes +
-                                                                row_at[h] + tap_at);
-                buf[part][h] = v.x;      // channel t: logical column t
-                buf[part][2 + h] = v.y;  // channel t + 4: column t + 4
-            }
+struct StatsAndExtremes {
+    Params p;
+    ConvGeometryFast f;
+    BandPixels bands;
+
+    // Per thread, once: its 16 channels 8 nb + 2t + j (element 2 nb + j) bias and sign, and the
+    // sign of the channel it combines across rows (thread 32 w + lane: channel lane % 64).
+    struct Prepared {
+        float bias[kBN / 4], sign[kBN / 4];
+        float combine_sign;
     };
-    if (kFinite) load_tap(0, a[0]);
+    __device__ Prepared prepare(const TileCoords& tc) const {
+        Prepared prep;
+        const int t = tc.lane % 4;
 #pragma unroll
-    for (int j = 0; j < kV2MaxTaps; ++j) {
-        if (j < shape.taps) {
-            uint32_t (&buf)[kParts][4] = a[j % kBuffers];
-            if (!kFinite) load_tap(j, buf);
-            // Buffer (j + 1) % 3 last held tap j - 2, done since step j - 1's wait.
-            if (kFinite && j + 1 < shape.taps) load_tap(j + 1, a[(j + 1) % kBuffers]);
-            // k-block j / 4's tiles, k-step j % 4 (32 bytes, 2 in the descriptor's 16-byte
-            // units): compile-time offsets from the first tile's descriptor.
-            constexpr int kTile = kBN * 128 / 16;
-            const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
-            const uint64_t desc_small = desc_big + kTile;
-            const uint64_t desc_cross = !kFinite && b_cross_tile ? desc_big + 2 * kTile : desc_big;
-#pragma unroll
-            for (int part = 0; part < kParts; ++part) pin_registers(buf[part]);
-            pin_registers(acc_big);
-            pin_registers(acc_cross);
-            wgmma_fence();
-            const int accumulate = j > 0;  // tap 0 starts both afresh
-            Mma::mma(acc_cross, buf[1], desc_cross, accumulate);
-            Mma::mma(acc_cross, buf[kFinite ? 0 : 2], desc_small, 1);
-            Mma::mma(acc_big, buf[0], desc_big, accumulate);
-            wgmma_commit();
-            if (kFinite) {
-                wgmma_wait<1>();  // tap j - 1's wgmmas are done: its buffer is free
-#pragma unroll
-                for (int part = 0; part < kParts; ++part)
-                    pin_registers(a[(j + 2) % kBuffers][part]);
-            } else {
-                wgmma_wait<0>();
-#pragma unroll
-                for (int part = 0; part < kParts; ++part) pin_registers(buf[part]);
-            }
+        for (int i = 0; i < kBN / 4; ++i) {
+            const int co = 8 * (i / 2) + 2 * t + i % 2;
+            prep.bias[i] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
+            prep.sign[i] = extreme_sign(p, f.cout, co);
         }
+        prep.combine_sign = extreme_sign(p, f.cout, (32 * (4 * tc.warpgroup + tc.warp) + tc.lane) % kBN);
+        return prep;
     }
-    wgmma_wait<0>();
+
+    template <int BN, int MB>
+    __device__ void store(const float (&acc)[MB][BN / 2], const TileCoords& tc,
+                          const Prepared& prep) const {
+        static_assert(BN == kBN && MB == kMB, "one tile shape");
+        __shared__ float partial[8][kBN];  // per consumer warp and channel
+        __shared__ float group_mean[kBN];
+        __shared__ float extreme[kPool][kWindowsPerTile][kBN];  // [band row][window][channel]
+        const int t = tc.lane % 4, g = tc.lane / 4;
+        const int cwarp = 4 * tc.warpgroup + tc.warp;  // 0..7
+        const int cthread = 32 * cwarp + tc.lane;      // 0..255
+        int n, band, col_block;
+        bands.tile(tc.m0 / kTileRows, n, band, col_block);
+        // This warp's band row and this thread's two columns (h = 0, 1).
+        const int row = 2 * tc.warpgroup + tc.warp / 2;
+        const int oh = kPool * band + row;
+        bool valid[2];
 #pragma unroll
-    for (int b = 0; b < kBuffers; ++b)
-#pragma unroll
-        for (int part = 0; part < kParts; ++part) pin_registers(a[b][part]);
-    pin_registers(acc_big);
-    pin_registers(acc_cross);
-}
-
-// Each warpgroup takes tiles first, first + step, ...: per tile (1) split the landed halo,
-// (2) start the next tile's copies, (3) the products, (4) the tile staged, (5) and (6) the
-// extremes and statistics (the steps' comments say what each synchronises).
-__global__ void __launch_bounds__(kV2Threads, 1)
-    conv_gn_pool_v2_kernel(const float* __restrict__ x, const uint8_t* __restrict__ packed,
-                           tc::PackedB layout, Params p, ConvGeometryFast f, BandPixels bands,
-                           V2Shape shape) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int kAcc = kBN / 2;
-    const Conv2dGeometry& g = f.g;
-    extern __shared__ uint8_t smem_raw[];
-    const uint32_t raw_addr = smem_address(smem_raw);
-    uint8_t* weights = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
-    WarpgroupSmem* wg_smem =
-        reinterpret_cast<WarpgroupSmem*>(weights + layout.num_kb * 3 * kBN * 128);
-    // [kHaloItems]: where each halo item comes from and goes; [kWideCopies]: the same for the
-    // 16-byte copies (write_halo_plan).
-    int4* halo_plan = reinterpret_cast<int4*>(wg_smem + kV2Warpgroups);
-    int4* wide_plan = halo_plan + kHaloItems;
-    const V2Thread t(threadIdx.x);
-    WarpgroupSmem& my = wg_smem[t.warpgroup];
-
-    relay_weights(weights, packed, layout, p, f.cout, t.tid);
-    if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
-    // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
-    // also publishes the weights and the plan.
-    const bool b_cross_tile = tc::b_has_nonfinite(packed, layout);
-
-    // This thread's two tile rows (h = 0, 1): band row `warp`, column quad_row + 8h; their
-    // halo byte offsets for tap 0 (tap (r, s) adds r * dil_h * halo_w + s * dil_w pixels).
-    int row_at[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-        row_at[h] = halo_offset(
-            t.warp * g.stride_h * shape.halo_w + (t.quad_row + 8 * h) * g.stride_w, t.quad_col);
-    const V2WindowPairs pairs(t, p, f.cout);
-    const uint64_t desc0 = make_smem_desc_sw128(smem_address(weights));
-    const int raw_channel = shape.halo_h * shape.raw_pitch;  // floats of one channel in raw
-
-    const int total_tiles = f.batch * bands.tiles_per_image;
-    const int first = kV2Warpgroups * static_cast<int>(blockIdx.x) + t.warpgroup;
-    const int step = kV2Warpgroups * static_cast<int>(gridDim.x);
-    auto fetch = [&](int tile) {
-        fetch_halo(tile, x, my.raw, halo_plan, wide_plan, shape, g, bands, t.wtid);
-    };
-    if (first < total_tiles) fetch(first);
-    cp_async_wait_all();  // (the later tiles' copies are waited for before (4)'s barrier)
-    warpgroup_sync(t.warpgroup);
-
-    for (int tile = first; tile < total_tiles; tile += step) {
-        // (1) This tile's halo into shared memory, split. The previous tile's reads of the
-        // halo ended before its epilogue's barriers, and its copies of raw too (see (4)).
-        const bool finite = split_halo(my, halo_plan, raw_channel, t.wtid);
-        const bool finite_tile = warpgroup_sync_and(t.warpgroup, finite);
-        // (2) The next tile's halo, in flight during this tile's work.
-        if (tile + step < total_tiles) fetch(tile + step);
-        // (3)
-        float acc_big[kAcc], acc_cross[kAcc];
-        if (finite_tile && !b_cross_tile)
-            tile_products<true>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
-        else
-            tile_products<false>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
-        // (4)
-        stage_tile(my, acc_big, acc_cross, t);
-        // The next tile's copies of (2) have landed, and after this barrier every thread may
-        // read every thread's (the 16-byte copies are not split by the thread that made them).
-        cp_async_wait_all();
-        warpgroup_sync(t.warpgroup);
-        // (5) Group 0's place in the statistics; group g's is g runs of the image's tiles
-        // further (see stats_at).
-        const V2TilePlace at(tile, bands, g);
-        float* tile_group_stats =
-            stats_at(p.tile_stats, bands, p.groups, at.n, 0, tile - at.n * bands.tiles_per_image);
-        if (at.whole())
-            window_pairs<true>(my, pairs, at, p, f.cout, tile_group_stats, bands.tiles_per_image,
-                               shape.group_shift);
-        else
-            window_pairs<false>(my, pairs, at, p, f.cout, tile_group_stats,
-                                bands.tiles_per_image, shape.group_shift);
-        if (shape.group_shift < 0) {  // (6)
-            warpgroup_sync(t.warpgroup);
-            merge_channels_in_order(my, p.groups, f.cout, tile_group_stats,
-                                    bands.tiles_per_image, t.wtid);
+        for (int h = 0; h < 2; ++h) {
+            const int ow = kBandCols * col_block + 16 * (tc.warp % 2) + g + 8 * h;
+            valid[h] = oh < f.g.out_h && ow < f.g.out_w;
         }
-        // The staged tile and the channel statistics are rewritten only after the next
-        // tile's first barrier (after the split), which every thread of the warpgroup reaches
-        // after (5) and (6).
+        // The conv values: element 4 nb + 2h + j is (column h, channel 8 nb + 2t + j).
+        float v[BN / 2];
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) v[i] = acc[0][i] + prep.bias[2 * (i / 4) + i % 2];
+        const int cpg = f.cout / p.groups;
+        const int rows_here = min(kPool, f.g.out_h - kPool * band);
+        const int cols_here = min(kBandCols, f.g.out_w - kBandCols * col_block);
+        const float count = static_cast<float>(rows_here * cols_here * cpg);
+
+        // Per-channel sums over this tile's valid pixels: a thread's 2 columns, then its warp's
+        // 8 lanes g (xor 4, 8, 16), then the 8 warps in a fixed order.
+        auto channel_sums_to_partial = [&](auto term) {
+#pragma unroll
+            for (int nb = 0; nb < BN / 8; ++nb)
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int co = 8 * nb + 2 * t + j;
+                    const float s = warp_xor_reduce<4, 32>(
+                        (valid[0] ? term(v[4 * nb + j], co) : 0.0f) +
+                            (valid[1] ? term(v[4 * nb + 2 + j], co) : 0.0f),
+                        Sum{});
+                    if (g == 0) partial[cwarp][co] = s;
+                }
+        };
+        auto group_total = [&](int group) {
+            float s = 0.0f;
+            for (int co = group * cpg; co < (group + 1) * cpg; ++co)
+#pragma unroll
+                for (int w = 0; w < 8; ++w) s += partial[w][co];
+            return s;
+        };
+
+        channel_sums_to_partial([](float x, int) { return x; });
+        consumers_sync();
+        if (cthread < p.groups) group_mean[cthread] = group_total(cthread) / count;
+        consumers_sync();
+        channel_sums_to_partial([&](float x, int co) {
+            const float d = x - group_mean[co / cpg];
+            return d * d;
+        });
+        consumers_sync();
+        if (cthread < p.groups) {
+            float* out = stats_at(p.tile_stats, bands, p.groups, n, cthread,
+                                  tc.m0 / kTileRows - n * bands.tiles_per_image);
+            out[0] = group_mean[cthread];
+            out[1] = group_total(cthread);
+        }
+
+        // Window extremes: over a window's 4 columns, lanes g, g ^ 1, g ^ 2, g ^ 3 (xor 4, 8);
+        // then over its 4 rows, which are 4 warps, through shared memory.
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) {
+            const float e = warp_xor_reduce<4, 16>(prep.sign[2 * (i / 4) + i % 2] * v[i],
+                                                   NanMax{});
+            const int nb = i / 4, h = (i / 2) % 2, j = i % 2;
+            if (g % 4 == 0)
+                extreme[row][4 * (tc.warp % 2) + 2 * h + g / 4][8 * nb + 2 * t + j] = e;
+        }
+        consumers_sync();
+        for (int i = cthread; i < kWindowsPerTile * kBN; i += 128 * tf32x3::kConsumerWarpgroups) {
+            const int w = i / kBN, co = i % kBN;  // co = cthread % kBN: prep.combine_sign's
+            const int wc = kWindowsPerTile * col_block + w;
+            if (co >= f.cout || band >= p.pool_h || wc >= p.pool_w) continue;
+            float e = extreme[0][w][co];
+#pragma unroll
+            for (int r = 1; r < kPool; ++r) e = nan_max(e, extreme[r][w][co]);
+            p.extremes[((static_cast<long long>(n) * f.cout + co) * p.pool_h + band) * p.pool_w +
+                       wc] = prep.combine_sign * e;
+        }
+        consumers_sync();  // the shared arrays are free for the next tile
     }
-#else
-    __trap();  // built without sm_90a: the Python layer refuses these kernels there
-#endif
-}
+};
+
+// One block per (sample n, group), blockIdx = (n, group): merge the tiles' statistics, then
+// write the group's channels' pooled, normalised, scaled and clamped outputs. Its blocks are
+// short and many run at once, so the instructions they issue count (docs/notes.md): no
+// integer division (FastDiv, a 2-D grid), one shared load of a channel's parameters.
 }  // namespace conv_gn_pool
 }  // namespace scratchops

@@ -158,13 +158,16 @@ struct GnPoolArgs {
 };
 long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
                                        int groups);
-// version: 1 = the implicit GEMM on `engine` with statistics and extremes in its epilogue,
-// 2 = a kernel of its own where it covers the call (the wgmma engine, Cin <= 8, at most 12
-// taps, !tf32), version 1 elsewhere (see conv_gn_pool.cuh). tf32 and engine: the
-// convolution's, as conv2d_implicit_launch's.
-constexpr int kConvGnPoolVersions = 2;
-cudaError_t conv_gn_pool_launch(int version, const float* x, const void* packed,
-                                const GnPoolArgs& args,
+// version: 1 = a direct convolution on the CUDA cores (any GPU; reads `weight`, the
+// (Cout, Cin, kh, kw) tensor), 2 = the implicit GEMM on `engine` with statistics and extremes
+// in its epilogue, 3 = a kernel of its own where it covers the call (the wgmma engine,
+// Cin <= 8, at most 12 taps, !tf32), version 2 elsewhere (see conv_gn_pool.cuh); 2 and 3 read
+// the packed weights (`packed`). tf32 and engine: the convolution's, as
+// conv2d_implicit_launch's.
+constexpr int kConvGnPoolVersions = 3;
+constexpr int kConvGnPoolCudaCoreVersion = 1;
+cudaError_t conv_gn_pool_launch(int version, const float* x, const float* weight,
+                                const void* packed, const GnPoolArgs& args,
                                 float* y, int batch, int out_channels, const Conv2dGeometry& g,
                                 bool tf32, TensorCorePath engine, void* workspace,
                                 cudaStream_t stream);

@@ -191,11 +191,12 @@ def conv2d_group_norm_pool_clamp(input, weight, conv_bias, num_groups, gn_weight
                                  gn_bias=None, scale=None, eps=1e-5, min=0.0, max=1.0, *,
                                  version: int = DEFAULT_CONV_GN_POOL_VERSION):
     """torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(input, weight, conv_bias), num_groups,
-    gn_weight, gn_bias, eps) * scale, 4), min, max) in one pass over the input (P85; sm_80+
-    GPUs): the convolution's output is never written. Covers up to 64 output channels and a
+    gn_weight, gn_bias, eps) * scale, 4), min, max) in one pass over the input (P85): the
+    convolution's output is never written. Covers up to 64 output channels and a
     conv output of at least 4 x 4 (NotImplementedError / ValueError otherwise). The
     convolution follows torch's TF32 switch as conv2d does. `version` picks the kernels
-    (CONV_GN_POOL_VERSIONS: 2, the default, runs version 1 where it does not cover the call)."""
+    (CONV_GN_POOL_VERSIONS: 1 on the CUDA cores of any GPU, 2 and 3 on the tensor cores;
+    3, the default, runs version 2 where it does not cover the call)."""
     if (_direct(input, weight, conv_bias, gn_weight, gn_bias, scale) and _ints(num_groups, version)
             and _numbers(eps, min, max)):
         try:

@@ -27,12 +27,14 @@ DEFAULT_IM2COL_VERSION = 2
 # group norm versions (cuda/groupnorm.cu): how the statistics are computed.
 GROUP_NORM_VERSIONS = {1: "two_pass", 2: "welford"}
 DEFAULT_GROUP_NORM_VERSION = 2
-# P85 in one pass (conv2d_group_norm_pool_clamp, cuda/conv_gn_pool.cuh): 1 = the implicit-GEMM
-# convolution on either tensor-core engine with an epilogue that keeps statistics and window
-# extremes; 2 = a kernel of its own that stages each tile's input halo (wgmma engine, Cin <= 8,
-# at most 12 taps, TF32 off; where it does not cover the call, version 2 runs version 1).
-CONV_GN_POOL_VERSIONS = {1: "engine_epilogue", 2: "halo_tiles"}
-DEFAULT_CONV_GN_POOL_VERSION = 2
+# P85 in one pass (conv2d_group_norm_pool_clamp, cuda/conv_gn_pool.cuh): 1 = the idea on the
+# CUDA cores (a direct convolution whose threads keep statistics and window extremes; any
+# GPU); 2 = the implicit-GEMM convolution on either tensor-core engine with an epilogue that
+# keeps them; 3 = a kernel of its own that stages each tile's input halo (wgmma engine,
+# Cin <= 8, at most 12 taps, TF32 off; where it does not cover the call, version 3 runs
+# version 2).
+CONV_GN_POOL_VERSIONS = {1: "cuda_cores", 2: "engine_epilogue", 3: "halo_tiles"}
+DEFAULT_CONV_GN_POOL_VERSION = 3
 # max pool versions (cuda/pool_clamp.cu), of max_pool2d and max_pool2d_clamp: how threads map
 # onto the output.
 MAX_POOL2D_VERSIONS = {1: "output_grid", 2: "flat"}

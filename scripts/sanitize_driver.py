@@ -90,6 +90,13 @@ def main():
             check(f"group_norm_scale v{version} {shape}",
                   scratchops.group_norm_scale(x, groups, g, b, s, version=version),
                   F.group_norm(x, groups, g, b) * s.reshape(shape[1], *([1] * (len(shape) - 2))))
+    # P85's one pass on the CUDA cores (the tensor-core versions run on each engine above).
+    x, w, bias, g, b, s = r(2, 5, 14, 13), r(12, 5, 3, 3), r(12), r(12), r(12), r(12)
+    check("conv2d_group_norm_pool_clamp v1",
+          scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5,
+                                                  version=1),
+          torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
+                                   s[:, None, None], 4), -0.5, 0.5))
     x, s = r(2, 5, 7, 9), r(5, 1, 1)
     check("scale", scratchops.scale(x, s), x * s)
     check("min_add_mul", scratchops.min_add_mul(x, 0.5, s, 2.0), (torch.clamp_max(x, 0.5) + s) * 2)

@@ -145,7 +145,7 @@ def _cases(d):
         "p85 small": lambda: scratchops.conv2d_group_norm_pool_clamp(r(1, 4, 5, 5), w, None, 3),
         "p85 channels": lambda: scratchops.conv2d_group_norm_pool_clamp(x, r(72, 4, 3, 3), None,
                                                                         8),
-        "p85 version": lambda: scratchops.conv2d_group_norm_pool_clamp(x, w, None, 3, version=3),
+        "p85 version": lambda: scratchops.conv2d_group_norm_pool_clamp(x, w, None, 3, version=4),
         "group_norm groups": lambda: scratchops.group_norm(x, 3),
         "group_norm version": lambda: scratchops.group_norm(x, 2, version=3),
         "group_norm weight shape": lambda: scratchops.group_norm(x, 2, r(4, 1, 1)),

@@ -191,8 +191,9 @@ def one_pass(m, x, lo, hi, version=scratchops.DEFAULT_CONV_GN_POOL_VERSION):
                                                    version=version)
 
 
-# Version 2 runs its halo kernel where it covers the call (the wgmma engine, Cin <= 8, at most
-# 12 taps), version 1 elsewhere; version 1 always runs the engine's epilogue.
+# Version 3 runs its halo kernel where it covers the call (the wgmma engine, Cin <= 8, at most
+# 12 taps), version 2 elsewhere; version 2 always runs the engine's epilogue, version 1 the
+# CUDA-core kernel.
 @pytest.mark.parametrize("version", sorted(scratchops.CONV_GN_POOL_VERSIONS))
 @pytest.mark.parametrize("n,cin,cout,hw,groups,lo,hi,mean,k,bias", [
     (2, 8, 64, (128, 128), 16, 0.0, 1.0, 0.0, 3, 0.0),
@@ -205,7 +206,7 @@ def one_pass(m, x, lo, hi, version=scratchops.DEFAULT_CONV_GN_POOL_VERSION):
     (1, 1, 1, (6, 6), 1, -5.0, 5.0, 0.0, 3, 0.0),
     (2, 5, 24, (23, 18), 6, -1.0, 1.0, 0.0, 1, 0.0),
     (1, 7, 33, (19, 25), 3, -1.0, 1.0, 0.0, 2, 0.0),
-    (1, 4, 32, (19, 25), 8, -1.0, 1.0, 0.0, 5, 0.0),  # 25 taps: v1
+    (1, 4, 32, (19, 25), 8, -1.0, 1.0, 0.0, 5, 0.0),  # 25 taps: v3 runs v2
     (1, 8, 64, (131, 9), 16, -1.0, 1.0, 0.0, 3, 0.0),
     (1, 6, 64, (21, 30), 2, -1.0, 1.0, 0.0, 3, 0.0),  # 32 channels a group
     # Width a multiple of 4 (16-byte halo copies), Cin < 8, a last column block half outside.

@@ -328,7 +328,7 @@ Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
 // engine that multiplies them.
 struct PackedWeights {
     at::DataPtr packed;
-    TensorCorePath engine;
+    TensorCorePath engine = TensorCorePath::kWgmma;
 };
 PackedWeights packed_weights(const Tensor& w, const Conv2dGeometry& g) {
     const TensorCorePath engine = tensor_core_engine(w, "this convolution");
@@ -404,11 +404,15 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
     check_choice(version, kConvGnPoolVersions, "version");
     return launch_into(x, {x.size(0), c.cout, c.g.out_h / kOnePassPool, c.g.out_w / kOnePassPool},
                        "conv2d_group_norm_pool_clamp", [&](float* y, cudaStream_t s) {
-        const PackedWeights w = packed_weights(weight, c.g);
+        // (Version 1 runs on the CUDA cores from the weights as they are; the others pack
+        // them for the tensor cores, which the device must have.)
+        const PackedWeights w = version == kConvGnPoolCudaCoreVersion
+                                    ? PackedWeights{}
+                                    : packed_weights(weight, c.g);
         const at::DataPtr ws =
             workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups));
-        return conv_gn_pool_launch(i32(version), c.x, w.packed.get(), a, y, c.batch, c.cout,
-                                   c.g, c.tf32, w.engine, ws.get(), s);
+        return conv_gn_pool_launch(i32(version), c.x, weight.data_ptr<float>(), w.packed.get(),
+                                   a, y, c.batch, c.cout, c.g, c.tf32, w.engine, ws.get(), s);
     });
 }
 

@@ -1,24 +1,24 @@
-// conv_gn_pool_v2_epilogue.cuh — P85's one pass, v2 (conv_gn_pool_v2.cuh): the epilogue of a
+// conv_gn_pool_v3_epilogue.cuh — P85's one pass, v3 (conv_gn_pool_v3.cuh): the epilogue of a
 // tile, once its products are in the accumulators: the tile staged in shared memory as
 // [channel][pixel], then per (channel, pooling window) the window's extreme and the
 // channel's moments over the tile, merged per group.
 #pragma once
 
-#include "conv_gn_pool_v2_halo.cuh"
+#include "conv_gn_pool_v3_halo.cuh"
 
 namespace scratchops {
 namespace conv_gn_pool {
 
 // Where a tile lies: sample n, pooling band, column block, and the conv output rows and
-// columns it holds (fewer than kPool x kV2BandCols at the image's bottom and right edges).
-struct V2TilePlace {
+// columns it holds (fewer than kPool x kWideBandCols at the image's bottom and right edges).
+struct V3TilePlace {
     int n, band, col_block, rows_here, cols_here;
-    __device__ V2TilePlace(int tile, const BandPixels& bands, const Conv2dGeometry& g) {
+    __device__ V3TilePlace(int tile, const BandPixels& bands, const Conv2dGeometry& g) {
         bands.tile(tile, n, band, col_block);
         rows_here = min(kPool, g.out_h - kPool * band);
-        cols_here = min(kV2BandCols, g.out_w - kV2BandCols * col_block);
+        cols_here = min(kWideBandCols, g.out_w - kWideBandCols * col_block);
     }
-    __device__ bool whole() const { return rows_here == kPool && cols_here == kV2BandCols; }
+    __device__ bool whole() const { return rows_here == kPool && cols_here == kWideBandCols; }
 };
 
 // The epilogue's (channel, window) pairs of a thread: pair j of lane l in warp w is channel
@@ -26,12 +26,12 @@ struct V2TilePlace {
 // rows (pitch 68 floats: banks 4 c apart, no conflict), and the windows of a channel are
 // lanes xor 8, 16, its neighbour channels lanes xor 1, 2, 4. Each pair's conv bias and
 // extreme sign are read once per CTA.
-struct V2WindowPairs {
+struct V3WindowPairs {
     static constexpr int kPerThread = kWindowPairs / 128;
     float bias[kPerThread], sign[kPerThread];
     int window, warp, lane;
     __device__ int channel(int j) const { return 8 * (4 * j + warp) + lane % 8; }
-    __device__ V2WindowPairs(const V2Thread& t, const Params& p, int cout)
+    __device__ V3WindowPairs(const V3Thread& t, const Params& p, int cout)
         : window(t.lane / 8), warp(t.warp), lane(t.lane) {
 #pragma unroll
         for (int j = 0; j < kPerThread; ++j) {
@@ -46,7 +46,7 @@ struct V2WindowPairs {
 // accumulators is (pixel 16 warp + quad_row + 8h, channel 8 nb + 2 quad_col + j).
 template <int kAcc>
 __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_big)[kAcc],
-                                           const float (&acc_cross)[kAcc], const V2Thread& t) {
+                                           const float (&acc_cross)[kAcc], const V3Thread& t) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
         const int co = 8 * (i / 4) + 2 * t.quad_col + i % 2;
@@ -67,19 +67,19 @@ __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_
 // (Moments went per window once, and Chan merges joined the 4 windows: more instructions
 // for no accuracy gain, the centring being exact either way.)
 template <bool kWhole>
-__device__ __forceinline__ void window_pairs(WarpgroupSmem& my, const V2WindowPairs& pairs,
-                                             const V2TilePlace& at, const Params& p, int cout,
+__device__ __forceinline__ void window_pairs(WarpgroupSmem& my, const V3WindowPairs& pairs,
+                                             const V3TilePlace& at, const Params& p, int cout,
                                              float* tile_group_stats, int tiles_per_image,
                                              int group_shift) {
     const int w = pairs.window;
 #pragma unroll
-    for (int j = 0; j < V2WindowPairs::kPerThread; ++j) {
+    for (int j = 0; j < V3WindowPairs::kPerThread; ++j) {
         const int co = pairs.channel(j);
         float v[kPool][kPool];
 #pragma unroll
         for (int r = 0; r < kPool; ++r) {
             const float4 row4 = *reinterpret_cast<const float4*>(
-                my.staged + co * kTilePitch + r * kV2BandCols + kPool * w);
+                my.staged + co * kTilePitch + r * kWideBandCols + kPool * w);
             v[r][0] = row4.x, v[r][1] = row4.y, v[r][2] = row4.z, v[r][3] = row4.w;
         }
         // Pooling windows lie whole inside the conv output, so an extreme is over all 16
@@ -91,7 +91,7 @@ __device__ __forceinline__ void window_pairs(WarpgroupSmem& my, const V2WindowPa
         for (int r = 0; r < kPool; ++r)
             row_max[r] = fmaxf(fmaxf(v[r][0], v[r][1]), fmaxf(v[r][2], v[r][3]));
         const float extreme = fmaxf(fmaxf(row_max[0], row_max[1]), fmaxf(row_max[2], row_max[3]));
-        const int wc = kV2Windows * at.col_block + w;
+        const int wc = kV3Windows * at.col_block + w;
         if (co < cout && at.band < p.pool_h && wc < p.pool_w)
             p.extremes[((static_cast<long long>(at.n) * cout + co) * p.pool_h + at.band) *
                            p.pool_w + wc] = fmaf(pairs.sign[j], extreme, pairs.bias[j]);
@@ -101,7 +101,7 @@ __device__ __forceinline__ void window_pairs(WarpgroupSmem& my, const V2WindowPa
         const int cols = kWhole ? kPool : max(0, min(kPool, at.cols_here - kPool * w));
         auto in_window = [&](int r, int c) { return kWhole || (r < at.rows_here && c < cols); };
         auto sum_over_windows = [](float x) {  // lanes xor 8, 16
-            return warp_xor_reduce<8, 8 * kV2Windows>(x, Sum{});
+            return warp_xor_reduce<8, 8 * kV3Windows>(x, Sum{});
         };
         float row_sum[kPool];
 #pragma unroll
@@ -112,8 +112,8 @@ __device__ __forceinline__ void window_pairs(WarpgroupSmem& my, const V2WindowPa
         }
         const float sum = sum_over_windows((row_sum[0] + row_sum[1]) + (row_sum[2] + row_sum[3]));
         Moments m;
-        m.count = kWhole ? kPool * kV2BandCols : static_cast<float>(at.rows_here * at.cols_here);
-        m.mean = kWhole ? sum * (1.0f / (kPool * kV2BandCols)) : sum / m.count;
+        m.count = kWhole ? kPool * kWideBandCols : static_cast<float>(at.rows_here * at.cols_here);
+        m.mean = kWhole ? sum * (1.0f / (kPool * kWideBandCols)) : sum / m.count;
         float row_m2[kPool];
 #pragma unroll
         for (int r = 0; r < kPool; ++r) {

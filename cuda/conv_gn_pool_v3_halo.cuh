@@ -1,4 +1,4 @@
-// conv_gn_pool_v2_halo.cuh — P85's one pass, v2 (conv_gn_pool_v2.cuh): the shared-memory
+// conv_gn_pool_v3_halo.cuh — P85's one pass, v3 (conv_gn_pool_v3.cuh): the shared-memory
 // layout of its warpgroups, and the data movement before the products: the weights re-laid
 // into shared memory once, and per tile the input halo copied from global memory one tile
 // ahead and split into TF32 parts.
@@ -9,13 +9,13 @@
 namespace scratchops {
 namespace conv_gn_pool {
 
-constexpr int kV2Warpgroups = 3;
-constexpr int kV2Threads = 128 * kV2Warpgroups;
-constexpr int kV2MaxKBlocks = 3;
+constexpr int kV3Warpgroups = 3;
+constexpr int kV3Threads = 128 * kV3Warpgroups;
+constexpr int kV3MaxKBlocks = 3;
 enum : int {
-    kV2MaxTaps = 4 * kV2MaxKBlocks,                // a k-block holds 4 taps of 8 channels
-    kV2Windows = kV2BandCols / kPool,              // pooling windows of a tile
-    kWindowPairs = kBN * kV2Windows,               // (channel, window) pairs of a tile
+    kV3MaxTaps = 4 * kV3MaxKBlocks,                // a k-block holds 4 taps of 8 channels
+    kV3Windows = kWideBandCols / kPool,              // pooling windows of a tile
+    kWindowPairs = kBN * kV3Windows,               // (channel, window) pairs of a tile
 };
 constexpr int kHaloPixels = 128;  // halo_h x raw_pitch at most
 constexpr int kHaloItems = kHaloPixels * 4;  // (pixel, channels q and q + 4) items of a halo
@@ -24,9 +24,9 @@ enum : int { kHaloIters = kHaloItems / 128 };  // items a thread copies and spli
                                                // unused without sm_90a)
 constexpr int kHaloPixelBytes = 32;  // 8 channels, channel-last (see halo_offset)
 constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
-constexpr int kTilePitch = kPool * kV2BandCols + 4;  // floats per channel row of the staged tile
+constexpr int kTilePitch = kPool * kWideBandCols + 4;  // floats per channel row of the staged tile
 
-struct V2Shape {
+struct V3Shape {
     int halo_h, halo_w, taps;
     // The unsplit halo's row pitch (halo_w rounded up to 4 floats), and whether its rows are
     // copied 16 bytes at a time (wide: stride_w 1, and width and pad_w multiples of 4, so
@@ -38,7 +38,7 @@ struct V2Shape {
     // other group sizes, merged in shared memory. (A kernel parameter: no register held.)
     int group_shift;
     // Halo pixels from a row's tap 0 to tap j = (r, s): r * dil_h * halo_w + s * dil_w.
-    int tap_offset[kV2MaxTaps];
+    int tap_offset[kV3MaxTaps];
 };
 
 // Shared memory: the weights (1024-aligned), then per warpgroup a WarpgroupSmem, then the
@@ -51,8 +51,8 @@ struct WarpgroupSmem {
 };
 static_assert(sizeof(WarpgroupSmem) % 16 == 0, "16-byte aligned arrays");
 
-__host__ __device__ inline int v2_smem_bytes(int num_kb) {
-    return 1024 + num_kb * 3 * kBN * 128 + kV2Warpgroups * static_cast<int>(sizeof(WarpgroupSmem)) +
+__host__ __device__ inline int v3_smem_bytes(int num_kb) {
+    return 1024 + num_kb * 3 * kBN * 128 + kV3Warpgroups * static_cast<int>(sizeof(WarpgroupSmem)) +
            (kHaloItems + kWideCopies) * static_cast<int>(sizeof(int4));
 }
 
@@ -79,11 +79,11 @@ __device__ __forceinline__ bool warpgroup_sync_and(int warpgroup, bool pred) {
     return all != 0;
 }
 
-// A thread of the v2 kernel: its place in the CTA, its warpgroup and the mma fragments.
-struct V2Thread {
+// A thread of the v3 kernel: its place in the CTA, its warpgroup and the mma fragments.
+struct V3Thread {
     int tid, warpgroup, wtid;  // wtid: the thread within its warpgroup
     int warp, lane, quad_row, quad_col;
-    __device__ explicit V2Thread(int t)
+    __device__ explicit V3Thread(int t)
         : tid(t), warpgroup(t / 128), wtid(t % 128), warp(t % 128 / 32), lane(t % 32),
           quad_row(t % 32 / 4), quad_col(t % 4) {}
 };
@@ -98,12 +98,12 @@ __device__ __forceinline__ void relay_weights(uint8_t* weights, const uint8_t* p
     // Unrolled so that a thread's global loads are in flight together (run once per CTA,
     // but a loop of dependent loads took ~5% of the kernel's time in ncu's samples).
 #pragma unroll 8
-    for (int i = tid; i < values; i += kV2Threads) {
+    for (int i = tid; i < values; i += kV3Threads) {
         const int column = i % tc::kBlockK, n = (i / tc::kBlockK) % kBN;
         const int tile = i / (tc::kBlockK * kBN);  // = 3 kb + part
         const uint8_t* from = packed + tile * kBN * 128;
         // Channel n negated where its extremes are minima (see "epilogue" in
-        // conv_gn_pool_v2.cuh): its conv outputs come out as sign * x, exactly (negating
+        // conv_gn_pool_v3.cuh): its conv outputs come out as sign * x, exactly (negating
         // every part of every product negates the sum, rounding included).
         const uint32_t sign_bit = extreme_sign(p, cout, n) < 0.0f ? 0x80000000u : 0u;
         *reinterpret_cast<uint32_t*>(weights + tile * kBN * 128 +
@@ -126,7 +126,7 @@ __device__ __forceinline__ void relay_weights(uint8_t* weights, const uint8_t* p
 //   wide_plan[j] = {input offset of (c, hr, 4 k) (-1: channel c >= Cin, zeros), raw index
 //                   (-1: past the halo, no copy), -, hr << 16 | 4 k}
 __device__ __forceinline__ void write_halo_plan(int4* halo_plan, int4* wide_plan,
-                                                const V2Shape& shape, const Conv2dGeometry& g,
+                                                const V3Shape& shape, const Conv2dGeometry& g,
                                                 int wtid) {
     const int halo_pixels = shape.halo_h * shape.halo_w;
     const int plane = g.height * g.width;
@@ -154,14 +154,14 @@ __device__ __forceinline__ void write_halo_plan(int4* halo_plan, int4* wide_plan
 // Starts the copies of `tile`'s input halo into raw (cp.async, committed as one group).
 __device__ __forceinline__ void fetch_halo(int tile, const float* x, float* raw,
                                            const int4* halo_plan, const int4* wide_plan,
-                                           const V2Shape& shape, const Conv2dGeometry& g,
+                                           const V3Shape& shape, const Conv2dGeometry& g,
                                            const BandPixels& bands, int wtid) {
     int n, band, col_block;
     bands.tile(tile, n, band, col_block);
     const int plane = g.height * g.width;
     const int raw_channel = shape.halo_h * shape.raw_pitch;
     const int ih0 = kPool * band * g.stride_h - g.pad_h;
-    const int iw0 = kV2BandCols * col_block * g.stride_w - g.pad_w;
+    const int iw0 = kWideBandCols * col_block * g.stride_w - g.pad_w;
     const float* origin = x + static_cast<long long>(n) * g.channels * plane;
     const int origin_offset = ih0 * g.width + iw0;  // may be negative (padding)
     // The input is read by this tile and its neighbours (in the same round of tiles), then

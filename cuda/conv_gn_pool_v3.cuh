@@ -1,0 +1,205 @@
+// conv_gn_pool_v3.cuh — P85's one pass, v3 (see conv_gn_pool.cuh): a convolution kernel of
+// its own on the wgmma engine's instructions, for Cin <= 8. Its shared-memory layout and
+// data movement are in conv_gn_pool_v3_halo.cuh, its epilogue in
+// conv_gn_pool_v3_epilogue.cuh; here the products and the kernel's loop over tiles.
+#pragma once
+
+#include "conv_gn_pool_v3_epilogue.cuh"
+
+namespace scratchops {
+namespace conv_gn_pool {
+
+// One CTA per SM (persistent), 384 threads = three warpgroups that work apart: each takes its
+// own tiles of 4 output rows x 16 columns (64 GEMM rows, one m64 wgmma) and synchronises
+// only its own 128 threads (named barriers), so one warpgroup's epilogue runs while the
+// others' wgmmas keep the tensor cores busy (three, not two: the kernel is bound by latency,
+// and 168 registers a thread still fit). Shared: the weights; per warpgroup: the rest.
+//   weights  the packed B (all k-blocks: big, small, cross) copied into shared memory once,
+//            re-laid so that k-step j is tap j's 8 channels (the packing interleaves 4 taps
+//            per k-step, for v2's gather): 9 k-steps for a 3 x 3 kernel instead of 12.
+//   halo     per tile, the input patch its outputs read (HR x HC pixels x 8 channels),
+//            copied from global memory one tile ahead (cp.async, no registers held; 16 bytes
+//            of a row at a time where the rows are 16-byte aligned, as at P85's size), split
+//            once into TF32 big / small / cross and stored channel-last. v2 split every im2col
+//            value (each input value 9 times for a 3 x 3 kernel) and gathered it with its own
+//            load; here a thread's A registers are two-value shared loads.
+//   mma      both operands' products in two accumulators: the cross terms in one, big * big
+//            in the other, added once at the end (the cross terms never meet the large
+//            running sum inside the tensor cores' truncating accumulation).
+//   epilogue the tile goes through shared memory as [channel][pixel]; a thread then owns one
+//            (channel, pooling window) at a time: four 16-byte loads and the window's extreme;
+//            the channel's mean and centred sum of squares over the tile, in two passes whose
+//            sums join the 4 windows' lanes (shuffles); Chan merges join the channels of a
+//            group (shuffles where the group lies in one warp's lanes). gamma * scale's sign is
+//            folded into the weights and the conv bias added only to the results, so the
+//            16 values of a window take no operation before their max and moments.
+// Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
+// a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v2 otherwise.
+// (3) A tile's products, one k-step a tap: the thread's A registers are channels quad_col
+// and quad_col + 4 of tap j at its two rows' pixels (halo byte offsets row_at), then 3
+// wgmmas. In a tile of finite values (all but those with an Inf or NaN input) and finite
+// weights (kFinite), the cross parts are the big parts, so a tap needs two parts of A, B's
+// big tile serves its cross terms, and tap j + 1's registers are loaded before tap j's
+// wgmmas are issued (three buffers): the loads' latency hides behind the wait for tap j - 1,
+// instead of stalling the next wgmma. Other tiles load all three parts of a tap just before
+// its wgmmas and wait for them, one tap at a time.
+template <bool kFinite, int kAcc>
+__device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&acc_cross)[kAcc],
+                                              const uint8_t* halo, const int (&row_at)[2],
+                                              const V3Shape& shape, uint64_t desc0,
+                                              bool b_cross_tile) {
+    using Mma = WgmmaTf32Rs<kBN>;
+    constexpr int kParts = kFinite ? 2 : 3;  // big, small (, cross)
+    constexpr int kBuffers = kFinite ? 3 : 1;
+    uint32_t a[kBuffers][kParts][4];  // [buffer][part][wgmma register]
+    auto load_tap = [&](int j, uint32_t (&buf)[kParts][4]) {
+        const int tap_at = shape.tap_offset[j] * kHaloPixelBytes;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int part = 0; part < kParts; ++part) {
+                const uint2 v = *reinterpret_cast<const uint2*>(halo + part * kHaloArrayBytes +
+                                                                row_at[h] + tap_at);
+                buf[part][h] = v.x;      // channel t: logical column t
+                buf[part][2 + h] = v.y;  // channel t + 4: column t + 4
+            }
+    };
+    if (kFinite) load_tap(0, a[0]);
+#pragma unroll
+    for (int j = 0; j < kV3MaxTaps; ++j) {
+        if (j < shape.taps) {
+            uint32_t (&buf)[kParts][4] = a[j % kBuffers];
+            if (!kFinite) load_tap(j, buf);
+            // Buffer (j + 1) % 3 last held tap j - 2, done since step j - 1's wait.
+            if (kFinite && j + 1 < shape.taps) load_tap(j + 1, a[(j + 1) % kBuffers]);
+            // k-block j / 4's tiles, k-step j % 4 (32 bytes, 2 in the descriptor's 16-byte
+            // units): compile-time offsets from the first tile's descriptor.
+            constexpr int kTile = kBN * 128 / 16;
+            const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
+            const uint64_t desc_small = desc_big + kTile;
+            const uint64_t desc_cross = !kFinite && b_cross_tile ? desc_big + 2 * kTile : desc_big;
+#pragma unroll
+            for (int part = 0; part < kParts; ++part) pin_registers(buf[part]);
+            pin_registers(acc_big);
+            pin_registers(acc_cross);
+            wgmma_fence();
+            const int accumulate = j > 0;  // tap 0 starts both afresh
+            Mma::mma(acc_cross, buf[1], desc_cross, accumulate);
+            Mma::mma(acc_cross, buf[kFinite ? 0 : 2], desc_small, 1);
+            Mma::mma(acc_big, buf[0], desc_big, accumulate);
+            wgmma_commit();
+            if (kFinite) {
+                wgmma_wait<1>();  // tap j - 1's wgmmas are done: its buffer is free
+#pragma unroll
+                for (int part = 0; part < kParts; ++part)
+                    pin_registers(a[(j + 2) % kBuffers][part]);
+            } else {
+                wgmma_wait<0>();
+#pragma unroll
+                for (int part = 0; part < kParts; ++part) pin_registers(buf[part]);
+            }
+        }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int b = 0; b < kBuffers; ++b)
+#pragma unroll
+        for (int part = 0; part < kParts; ++part) pin_registers(a[b][part]);
+    pin_registers(acc_big);
+    pin_registers(acc_cross);
+}
+
+// Each warpgroup takes tiles first, first + step, ...: per tile (1) split the landed halo,
+// (2) start the next tile's copies, (3) the products, (4) the tile staged, (5) and (6) the
+// extremes and statistics (the steps' comments say what each synchronises).
+__global__ void __launch_bounds__(kV3Threads, 1)
+    conv_gn_pool_v3_kernel(const float* __restrict__ x, const uint8_t* __restrict__ packed,
+                           tc::PackedB layout, Params p, ConvGeometryFast f, BandPixels bands,
+                           V3Shape shape) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int kAcc = kBN / 2;
+    const Conv2dGeometry& g = f.g;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t raw_addr = smem_address(smem_raw);
+    uint8_t* weights = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
+    WarpgroupSmem* wg_smem =
+        reinterpret_cast<WarpgroupSmem*>(weights + layout.num_kb * 3 * kBN * 128);
+    // [kHaloItems]: where each halo item comes from and goes; [kWideCopies]: the same for the
+    // 16-byte copies (write_halo_plan).
+    int4* halo_plan = reinterpret_cast<int4*>(wg_smem + kV3Warpgroups);
+    int4* wide_plan = halo_plan + kHaloItems;
+    const V3Thread t(threadIdx.x);
+    WarpgroupSmem& my = wg_smem[t.warpgroup];
+
+    relay_weights(weights, packed, layout, p, f.cout, t.tid);
+    if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
+    // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
+    // also publishes the weights and the plan.
+    const bool b_cross_tile = tc::b_has_nonfinite(packed, layout);
+
+    // This thread's two tile rows (h = 0, 1): band row `warp`, column quad_row + 8h; their
+    // halo byte offsets for tap 0 (tap (r, s) adds r * dil_h * halo_w + s * dil_w pixels).
+    int row_at[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        row_at[h] = halo_offset(
+            t.warp * g.stride_h * shape.halo_w + (t.quad_row + 8 * h) * g.stride_w, t.quad_col);
+    const V3WindowPairs pairs(t, p, f.cout);
+    const uint64_t desc0 = make_smem_desc_sw128(smem_address(weights));
+    const int raw_channel = shape.halo_h * shape.raw_pitch;  // floats of one channel in raw
+
+    const int total_tiles = f.batch * bands.tiles_per_image;
+    const int first = kV3Warpgroups * static_cast<int>(blockIdx.x) + t.warpgroup;
+    const int step = kV3Warpgroups * static_cast<int>(gridDim.x);
+    auto fetch = [&](int tile) {
+        fetch_halo(tile, x, my.raw, halo_plan, wide_plan, shape, g, bands, t.wtid);
+    };
+    if (first < total_tiles) fetch(first);
+    cp_async_wait_all();  // (the later tiles' copies are waited for before (4)'s barrier)
+    warpgroup_sync(t.warpgroup);
+
+    for (int tile = first; tile < total_tiles; tile += step) {
+        // (1) This tile's halo into shared memory, split. The previous tile's reads of the
+        // halo ended before its epilogue's barriers, and its copies of raw too (see (4)).
+        const bool finite = split_halo(my, halo_plan, raw_channel, t.wtid);
+        const bool finite_tile = warpgroup_sync_and(t.warpgroup, finite);
+        // (2) The next tile's halo, in flight during this tile's work.
+        if (tile + step < total_tiles) fetch(tile + step);
+        // (3)
+        float acc_big[kAcc], acc_cross[kAcc];
+        if (finite_tile && !b_cross_tile)
+            tile_products<true>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
+        else
+            tile_products<false>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
+        // (4)
+        stage_tile(my, acc_big, acc_cross, t);
+        // The next tile's copies of (2) have landed, and after this barrier every thread may
+        // read every thread's (the 16-byte copies are not split by the thread that made them).
+        cp_async_wait_all();
+        warpgroup_sync(t.warpgroup);
+        // (5) Group 0's place in the statistics; group g's is g runs of the image's tiles
+        // further (see stats_at).
+        const V3TilePlace at(tile, bands, g);
+        float* tile_group_stats =
+            stats_at(p.tile_stats, bands, p.groups, at.n, 0, tile - at.n * bands.tiles_per_image);
+        if (at.whole())
+            window_pairs<true>(my, pairs, at, p, f.cout, tile_group_stats, bands.tiles_per_image,
+                               shape.group_shift);
+        else
+            window_pairs<false>(my, pairs, at, p, f.cout, tile_group_stats,
+                                bands.tiles_per_image, shape.group_shift);
+        if (shape.group_shift < 0) {  // (6)
+            warpgroup_sync(t.warpgroup);
+            merge_channels_in_order(my, p.groups, f.cout, tile_group_stats,
+                                    bands.tiles_per_image, t.wtid);
+        }
+        // The staged tile and the channel statistics are rewritten only after the next
+        // tile's first barrier (after the split), which every thread of the warpgroup reaches
+        // after (5) and (6).
+    }
+#else
+    __trap();  // built without sm_90a: the Python layer refuses these kernels there
+#endif
+}
+}  // namespace conv_gn_pool
+}  // namespace scratchops
