@@ -51,11 +51,19 @@ def test_binding_implements_each_schema_with_its_types():
 
 
 def test_launchers_h_routes_the_tensor_core_gemm_version_of_versions_py():
-    # versions.py defines the numbers; binding.cpp needs to know which one is gemm v5's.
+    # versions.py defines the numbers; binding.cpp needs to know which are gemm's tensor-core
+    # versions (the first, the default one, and the wgmma steps between them).
     text = (REPO / "cuda" / "launchers.h").read_text()
     number = re.search(r"constexpr int kGemmTensorCoreVersion = (\d+);", text).group(1)
     assert int(number) == scratchops.versions.GEMM_TENSOR_CORE_VERSION == \
         max(scratchops.GEMM_VERSIONS)
+    first = re.search(r"constexpr int kGemmFirstTensorCoreVersion = (\d+);", text).group(1)
+    assert int(first) == scratchops.versions.GEMM_FIRST_TENSOR_CORE_VERSION
+    # (launchers.h: the wgmma versions lie strictly between the first and the default)
+    assert scratchops.versions.GEMM_WGMMA_VERSIONS == tuple(
+        range(int(first) + 1, int(number)))
+    cuda_core = re.search(r"constexpr int kConvGnPoolCudaCoreVersion = (\d+);", text).group(1)
+    assert scratchops.CONV_GN_POOL_VERSIONS[int(cuda_core)] == "cuda_cores"
     rows = re.search(r"constexpr int kGemmTensorCoreMinRows = (\d+);", text).group(1)
     assert int(rows) == scratchops.versions.GEMM_TENSOR_CORE_MIN_ROWS
     # and each operator's last version, which binding.cpp refuses beyond
