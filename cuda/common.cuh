@@ -38,6 +38,10 @@ __device__ __forceinline__ float nan_min(float a, float b) {
 #endif
 }
 
+// A warpgroup: four consecutive warps, the unit a wgmma works in; the tensor-core kernels lay
+// their threads out in warpgroups on every engine.
+constexpr int kWarpgroupThreads = 128;
+
 // ------------------------------------------------------------------- warp reductions
 // A butterfly over a warp's lanes: for d = kFirst, 2 kFirst, ... < kEnd (powers of two),
 // each lane combines its value with that of lane (lane xor d). Each lane ends with the

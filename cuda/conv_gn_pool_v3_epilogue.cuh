@@ -27,7 +27,7 @@ struct V3TilePlace {
 // lanes xor 8, 16, its neighbour channels lanes xor 1, 2, 4. Each pair's conv bias and
 // extreme sign are read once per CTA.
 struct V3WindowPairs {
-    static constexpr int kPerThread = kWindowPairs / 128;
+    static constexpr int kPerThread = kWindowPairs / kWarpgroupThreads;
     float bias[kPerThread], sign[kPerThread];
     int window, warp, lane;
     __device__ int channel(int j) const { return 8 * (4 * j + warp) + lane % 8; }

@@ -10,7 +10,7 @@ namespace scratchops {
 namespace conv_gn_pool {
 
 constexpr int kV3Warpgroups = 3;
-constexpr int kV3Threads = 128 * kV3Warpgroups;
+constexpr int kV3Threads = kWarpgroupThreads * kV3Warpgroups;
 constexpr int kV3MaxKBlocks = 3;
 enum : int {
     kV3MaxTaps = 4 * kV3MaxKBlocks,                // a k-block holds 4 taps of 8 channels
@@ -20,7 +20,7 @@ enum : int {
 constexpr int kHaloPixels = 128;  // halo_h x raw_pitch at most
 constexpr int kHaloItems = kHaloPixels * 4;  // (pixel, channels q and q + 4) items of a halo
 constexpr int kWideCopies = kHaloPixels * 8 / 4;  // 16-byte copies of a halo at most
-enum : int { kHaloIters = kHaloItems / 128 };  // items a thread copies and splits (an enum:
+enum : int { kHaloIters = kHaloItems / kWarpgroupThreads };  // items a thread copies and splits (an enum:
                                                // unused without sm_90a)
 constexpr int kHaloPixelBytes = 32;  // 8 channels, channel-last (see halo_offset)
 constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
@@ -64,17 +64,18 @@ __host__ __device__ inline int v3_smem_bytes(int num_kb) {
 // half-warp covers the 32 banks once. (A pitch of 40 bytes, tried first, conflicts 2-way.)
 __device__ __forceinline__ int halo_offset(int p, int q) { return p * kHaloPixelBytes + q * 8; }
 
-__device__ __forceinline__ void warpgroup_sync(int warpgroup) {  // its 128 threads only
-    asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+__device__ __forceinline__ void warpgroup_sync(int warpgroup) {  // its threads only
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + warpgroup), "n"(kWarpgroupThreads)
+                 : "memory");
 }
-// The same barrier, returning whether `pred` holds in all 128 threads.
+// The same barrier, returning whether `pred` holds in all the warpgroup's threads.
 __device__ __forceinline__ bool warpgroup_sync_and(int warpgroup, bool pred) {
     uint32_t all;
     asm volatile(
         "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n"
-        " bar.red.and.pred q, %2, 128, p;\n selp.u32 %0, 1, 0, q;\n}"
+        " bar.red.and.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}"
         : "=r"(all)
-        : "r"(static_cast<uint32_t>(pred)), "r"(1 + warpgroup)
+        : "r"(static_cast<uint32_t>(pred)), "r"(1 + warpgroup), "n"(kWarpgroupThreads)
         : "memory");
     return all != 0;
 }
@@ -84,7 +85,7 @@ struct V3Thread {
     int tid, warpgroup, wtid;  // wtid: the thread within its warpgroup
     int warp, lane, quad_row, quad_col;
     __device__ explicit V3Thread(int t)
-        : tid(t), warpgroup(t / 128), wtid(t % 128), warp(t % 128 / 32), lane(t % 32),
+        : tid(t), warpgroup(t / kWarpgroupThreads), wtid(t % kWarpgroupThreads), warp(t % kWarpgroupThreads / 32), lane(t % 32),
           quad_row(t % 32 / 4), quad_col(t % 4) {}
 };
 
@@ -133,7 +134,7 @@ __device__ __forceinline__ void write_halo_plan(int4* halo_plan, int4* wide_plan
     const int raw_channel = shape.halo_h * shape.raw_pitch;  // floats of one channel in raw
 #pragma unroll
     for (int it = 0; it < kHaloIters; ++it) {
-        const int i = wtid + 128 * it;
+        const int i = wtid + kWarpgroupThreads * it;
         const int pixel = i / 4, q = i % 4;
         const bool in_halo = pixel < halo_pixels;
         const int hr = pixel / shape.halo_w, hc = pixel - hr * shape.halo_w;
@@ -142,7 +143,7 @@ __device__ __forceinline__ void write_halo_plan(int4* halo_plan, int4* wide_plan
                                  in_halo ? halo_offset(pixel, q) : -1, hr << 16 | hc);
     }
     const int chunks = shape.raw_pitch / 4;
-    for (int j = wtid; j < kWideCopies; j += 128) {
+    for (int j = wtid; j < kWideCopies; j += kWarpgroupThreads) {
         const int c = j / (shape.halo_h * chunks), rest = j % (shape.halo_h * chunks);
         const int hr = rest / chunks, col = 4 * (rest % chunks);
         wide_plan[j] = make_int4(c < g.channels ? c * plane + hr * g.width + col : -1,
@@ -176,8 +177,8 @@ __device__ __forceinline__ void fetch_halo(int tile, const float* x, float* raw,
     // value.)
     if (shape.wide) {
 #pragma unroll
-        for (int it = 0; it < kWideCopies / 128; ++it) {
-            const int4 plan = wide_plan[wtid + 128 * it];
+        for (int it = 0; it < kWideCopies / kWarpgroupThreads; ++it) {
+            const int4 plan = wide_plan[wtid + kWarpgroupThreads * it];
             if (plan.y < 0) continue;
             const bool valid = plan.x >= 0 && inside(plan.w);
             cp_async_or_zero<16>(&raw[plan.y], valid ? origin + (origin_offset + plan.x) : origin,
@@ -187,7 +188,7 @@ __device__ __forceinline__ void fetch_halo(int tile, const float* x, float* raw,
         const int q = wtid % 4;  // (the same for each of the thread's items)
 #pragma unroll
         for (int it = 0; it < kHaloIters; ++it) {
-            const int4 plan = halo_plan[wtid + 128 * it];
+            const int4 plan = halo_plan[wtid + kWarpgroupThreads * it];
             if (plan.x < 0) continue;  // past the halo
             const bool in = inside(plan.w);
             const bool has_q = in && q < g.channels, has_q4 = in && q + 4 < g.channels;
@@ -210,9 +211,9 @@ __device__ __forceinline__ bool split_halo(WarpgroupSmem& my, const int4* halo_p
     bool finite = true;
 #pragma unroll
     for (int it = 0; it < kHaloIters; ++it) {
-        const int at = halo_plan[wtid + 128 * it].z;
+        const int at = halo_plan[wtid + kWarpgroupThreads * it].z;
         if (at >= 0) {
-            const int from = halo_plan[wtid + 128 * it].y;
+            const int from = halo_plan[wtid + kWarpgroupThreads * it].y;
             const Tf32Split lo = split_tf32_truncated(my.raw[from]);
             const Tf32Split hi = split_tf32_truncated(my.raw[from + 4 * raw_channel]);
             finite = finite && lo.cross == lo.big && hi.cross == hi.big;

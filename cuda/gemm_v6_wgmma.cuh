@@ -27,7 +27,7 @@ using tc::TileCoords;
 using tc::TileGrid;
 
 constexpr int kWarpgroups = 2;  // consumers only, laid out as tf32x3's (TileCoords)
-constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kThreads = kWarpgroupThreads * kWarpgroups;
 constexpr int kStages = 2;
 
 template <int BN, int MB, bool kTf32>
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int b, mt, nt;
     grid.locate(blockIdx.x, b, mt, nt);
     const int num_kb = layout.num_kb;
-    const TileCoords me{0, 0, 0, static_cast<int>(threadIdx.x) / 128,
+    const TileCoords me{0, 0, 0, static_cast<int>(threadIdx.x) / kWarpgroupThreads,
                         static_cast<int>(threadIdx.x) / 32 % 4, static_cast<int>(threadIdx.x) % 32};
 
     const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);

@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int b, mt, nt;
     grid.locate(blockIdx.x, b, mt, nt);
     const int num_kb = layout.num_kb;
-    const TileCoords me{0, 0, 0, static_cast<int>(threadIdx.x) / 128,
+    const TileCoords me{0, 0, 0, static_cast<int>(threadIdx.x) / kWarpgroupThreads,
                         static_cast<int>(threadIdx.x) / 32 % 4, static_cast<int>(threadIdx.x) % 32};
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) mbarrier_init(&full_bar[i], 1);

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int b, mt, nt;
     grid.locate(blockIdx.x, b, mt, nt);
     const int num_kb = layout.num_kb;
-    const int warp_group = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
+    const int warp_group = threadIdx.x / kWarpgroupThreads, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, quad_col = lane % 4;
 
     // As in tf32x3.cuh: B's cross tiles only when some B value is not finite.

@@ -61,20 +61,20 @@ __device__ __forceinline__ float window_max(const float* src, const PoolGeometry
 }
 
 // ------------------------------------------------------------------ v1: output grid
-constexpr int kTile = 16;  // 16 x 16 threads per block
+constexpr int kBlockSide = 16;  // 16 x 16 threads per block
 
 // Thread (ow, oh) of block (bx, by, bz) handles output column ow = bx*16 + tx, rows oh =
 // by*16 + ty + k*gridDim.y*16 and planes bz + k*gridDim.z. (Unsigned counters: a step past
 // the last row or plane may pass 2^31 - 1.)
 __global__ void max_pool2d_clamp_grid_kernel(const float* __restrict__ x, float* __restrict__ y,
                                              int planes, PoolGeometry g, float lo, float hi) {
-    const unsigned ow = blockIdx.x * kTile + threadIdx.x;
+    const unsigned ow = blockIdx.x * kBlockSide + threadIdx.x;
     if (ow >= static_cast<unsigned>(g.out_w)) return;
     for (unsigned p = blockIdx.z; p < static_cast<unsigned>(planes); p += gridDim.z) {
         const int plane = static_cast<int>(p);
         const float* src = x + plane * g.height * g.width;  // < numel(x) < 2^31
-        for (unsigned oh = blockIdx.y * kTile + threadIdx.y; oh < static_cast<unsigned>(g.out_h);
-             oh += gridDim.y * kTile) {
+        for (unsigned oh = blockIdx.y * kBlockSide + threadIdx.y; oh < static_cast<unsigned>(g.out_h);
+             oh += gridDim.y * kBlockSide) {
             const int e = (plane * g.out_h + static_cast<int>(oh)) * g.out_w + static_cast<int>(ow);
             y[e] = window_max(src, g, static_cast<int>(oh), static_cast<int>(ow), lo, hi);
         }
@@ -124,10 +124,10 @@ cudaError_t max_pool2d_clamp_launch(int version, const float* x, float* y, int p
                                     cudaStream_t stream) {
     const int total = planes * g.out_h * g.out_w;  // the elements of y, < 2^31
     if (version == 1) {
-        const int col_blocks = (g.out_w - 1) / kTile + 1, row_blocks = (g.out_h - 1) / kTile + 1;
+        const int col_blocks = (g.out_w - 1) / kBlockSide + 1, row_blocks = (g.out_h - 1) / kBlockSide + 1;
         const dim3 grid(col_blocks, row_blocks < kMaxGridYZ ? row_blocks : kMaxGridYZ,
                         planes < kMaxGridYZ ? planes : kMaxGridYZ);
-        max_pool2d_clamp_grid_kernel<<<grid, dim3(kTile, kTile), 0, stream>>>(x, y, planes, g,
+        max_pool2d_clamp_grid_kernel<<<grid, dim3(kBlockSide, kBlockSide), 0, stream>>>(x, y, planes, g,
                                                                               lo, hi);
     } else if (version == 2) {
         max_pool2d_clamp_kernel<<<(total - 1) / kThreads + 1, kThreads, 0, stream>>>(

@@ -50,10 +50,10 @@ namespace tf32x3 {
 using namespace tc;  // the operands both engines share
 
 constexpr int kConsumerWarpgroups = 2;
-constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces
+constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);  // warpgroup 0 produces
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
-static_assert(128 * kProducerRegisters + 128 * kConsumerWarpgroups * kConsumerRegisters <= 65536,
+static_assert(kWarpgroupThreads * kProducerRegisters + kWarpgroupThreads * kConsumerWarpgroups * kConsumerRegisters <= 65536,
               "the register file holds 64K 32-bit registers");
 template <int BN, int MB, int STAGES, bool kTf32 = false>
 struct Config {
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // (The TF32 mode reads the big tiles alone: B rounded to nearest.)
     const uint32_t copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
 
-    if (threadIdx.x < 128) {  // the producer warpgroup
+    if (threadIdx.x < kWarpgroupThreads) {  // the producer warpgroup
         setmaxnreg_dec<kProducerRegisters>();
         if (threadIdx.x == 0)
             produce_b_stages<Cfg::kStageBytes>(stages, full_bar, empty_bar, packed_b, layout,
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     setmaxnreg_inc<kConsumerRegisters>();
 
-    const int warpgroup = threadIdx.x / 128 - 1;
+    const int warpgroup = threadIdx.x / kWarpgroupThreads - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const TileCoords me{0, 0, 0, warpgroup, warp, lane};  // this thread's place in a tile
 
