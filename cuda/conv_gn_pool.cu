@@ -58,8 +58,10 @@ cudaError_t conv_gn_pool_launch(int version, const float* x, const float* weight
     // (v3 computes fp32-accurate products only; the reductions it covers, at most 96 long, are
     // below the TF32 rule's kTf32MinReduction anyway.)
     if (version == kConvGnPoolCudaCoreVersion) {
-        err = tf32 ? launch_v1<true>(x, weight, params, g, batch, out_channels, wide_bands, stream)
-                   : launch_v1<false>(x, weight, params, g, batch, out_channels, wide_bands, stream);
+        err = tf32 ? launch_v1<true>(x, weight, params, g, batch, out_channels, wide_bands,
+                                     stream)
+                   : launch_v1<false>(x, weight, params, g, batch, out_channels, wide_bands,
+                                      stream);
         finalize_bands = wide_bands;
     } else if (version == 3 && engine == TensorCorePath::kWgmma && !tf32 && g.channels <= 8 &&
         layout.num_kb <= kV3MaxKBlocks &&

@@ -109,7 +109,8 @@ __device__ __forceinline__ float extreme_sign(const Params& p, int cout, int co)
 }
 
 __device__ __forceinline__ void consumers_sync() {  // the 256 consumer threads only
-    asm volatile("bar.sync 1, %0;" ::"n"(kWarpgroupThreads * tf32x3::kConsumerWarpgroups) : "memory");
+    asm volatile("bar.sync 1, %0;" ::"n"(kWarpgroupThreads * tf32x3::kConsumerWarpgroups)
+                 : "memory");
 }
 
 // The epilogue: statistics and window extremes of one tile (see the top).

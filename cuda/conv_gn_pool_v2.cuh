@@ -27,7 +27,8 @@ struct StatsAndExtremes {
             prep.bias[i] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
             prep.sign[i] = extreme_sign(p, f.cout, co);
         }
-        prep.combine_sign = extreme_sign(p, f.cout, (32 * (4 * tc.warpgroup + tc.warp) + tc.lane) % kBN);
+        prep.combine_sign =
+            extreme_sign(p, f.cout, (32 * (4 * tc.warpgroup + tc.warp) + tc.lane) % kBN);
         return prep;
     }
 
@@ -111,7 +112,8 @@ struct StatsAndExtremes {
                 extreme[row][4 * (tc.warp % 2) + 2 * h + g / 4][8 * nb + 2 * t + j] = e;
         }
         consumers_sync();
-        for (int i = cthread; i < kWindowsPerTile * kBN; i += kWarpgroupThreads * tf32x3::kConsumerWarpgroups) {
+        for (int i = cthread; i < kWindowsPerTile * kBN;
+             i += kWarpgroupThreads * tf32x3::kConsumerWarpgroups) {
             const int w = i / kBN, co = i % kBN;  // co = cthread % kBN: prep.combine_sign's
             const int wc = kWindowsPerTile * col_block + w;
             if (co >= f.cout || band >= p.pool_h || wc >= p.pool_w) continue;

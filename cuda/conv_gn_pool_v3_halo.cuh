@@ -20,8 +20,8 @@ enum : int {
 constexpr int kHaloPixels = 128;  // halo_h x raw_pitch at most
 constexpr int kHaloItems = kHaloPixels * 4;  // (pixel, channels q and q + 4) items of a halo
 constexpr int kWideCopies = kHaloPixels * 8 / 4;  // 16-byte copies of a halo at most
-enum : int { kHaloIters = kHaloItems / kWarpgroupThreads };  // items a thread copies and splits (an enum:
-                                               // unused without sm_90a)
+// Items a thread copies and splits (an enum: unused without sm_90a).
+enum : int { kHaloIters = kHaloItems / kWarpgroupThreads };
 constexpr int kHaloPixelBytes = 32;  // 8 channels, channel-last (see halo_offset)
 constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
 constexpr int kTilePitch = kPool * kWideBandCols + 4;  // floats per channel row of the staged tile
@@ -85,7 +85,8 @@ struct V3Thread {
     int tid, warpgroup, wtid;  // wtid: the thread within its warpgroup
     int warp, lane, quad_row, quad_col;
     __device__ explicit V3Thread(int t)
-        : tid(t), warpgroup(t / kWarpgroupThreads), wtid(t % kWarpgroupThreads), warp(t % kWarpgroupThreads / 32), lane(t % 32),
+        : tid(t), warpgroup(t / kWarpgroupThreads), wtid(t % kWarpgroupThreads),
+          warp(t % kWarpgroupThreads / 32), lane(t % 32),
           quad_row(t % 32 / 4), quad_col(t % 4) {}
 };
 

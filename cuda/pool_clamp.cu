@@ -73,7 +73,8 @@ __global__ void max_pool2d_clamp_grid_kernel(const float* __restrict__ x, float*
     for (unsigned p = blockIdx.z; p < static_cast<unsigned>(planes); p += gridDim.z) {
         const int plane = static_cast<int>(p);
         const float* src = x + plane * g.height * g.width;  // < numel(x) < 2^31
-        for (unsigned oh = blockIdx.y * kBlockSide + threadIdx.y; oh < static_cast<unsigned>(g.out_h);
+        for (unsigned oh = blockIdx.y * kBlockSide + threadIdx.y;
+             oh < static_cast<unsigned>(g.out_h);
              oh += gridDim.y * kBlockSide) {
             const int e = (plane * g.out_h + static_cast<int>(oh)) * g.out_w + static_cast<int>(ow);
             y[e] = window_max(src, g, static_cast<int>(oh), static_cast<int>(ow), lo, hi);
@@ -124,11 +125,12 @@ cudaError_t max_pool2d_clamp_launch(int version, const float* x, float* y, int p
                                     cudaStream_t stream) {
     const int total = planes * g.out_h * g.out_w;  // the elements of y, < 2^31
     if (version == 1) {
-        const int col_blocks = (g.out_w - 1) / kBlockSide + 1, row_blocks = (g.out_h - 1) / kBlockSide + 1;
+        const int col_blocks = (g.out_w - 1) / kBlockSide + 1;
+        const int row_blocks = (g.out_h - 1) / kBlockSide + 1;
         const dim3 grid(col_blocks, row_blocks < kMaxGridYZ ? row_blocks : kMaxGridYZ,
                         planes < kMaxGridYZ ? planes : kMaxGridYZ);
-        max_pool2d_clamp_grid_kernel<<<grid, dim3(kBlockSide, kBlockSide), 0, stream>>>(x, y, planes, g,
-                                                                              lo, hi);
+        max_pool2d_clamp_grid_kernel<<<grid, dim3(kBlockSide, kBlockSide), 0, stream>>>(
+            x, y, planes, g, lo, hi);
     } else if (version == 2) {
         max_pool2d_clamp_kernel<<<(total - 1) / kThreads + 1, kThreads, 0, stream>>>(
             x, y, total, g, lo, hi);

@@ -53,7 +53,9 @@ constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);  // warpgroup 0 produces
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
-static_assert(kWarpgroupThreads * kProducerRegisters + kWarpgroupThreads * kConsumerWarpgroups * kConsumerRegisters <= 65536,
+static_assert(kWarpgroupThreads * kProducerRegisters +
+                      kWarpgroupThreads * kConsumerWarpgroups * kConsumerRegisters <=
+                  65536,
               "the register file holds 64K 32-bit registers");
 template <int BN, int MB, int STAGES, bool kTf32 = false>
 struct Config {
