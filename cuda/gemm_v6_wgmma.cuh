@@ -38,6 +38,30 @@ struct Config {
     static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack
 };
 
+// One k-block's 4 k-steps on wgmma, each waited for before the next: A's fragments split
+// from raw (and raw refilled from next), then the k-step's wgmmas against the stage's tiles
+// (desc). carry_on: the first k-step adds to acc instead of starting it afresh.
+template <int BN, bool kTf32, int MB, class ALoader>
+__device__ __forceinline__ void kblock_wgmmas_one_by_one(
+    float (&acc)[MB][BN / 2], float (&raw)[MB][2][8], const ALoader& loader,
+    const typename ALoader::KPtr (&next)[MB][2],
+    const tf32x3::StageDescriptors<BN * 128>& desc, bool carry_on) {
+    uint32_t a_big[MB][4], a_small[MB][4], a_cross[MB][4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        tc::a_fragments<kTf32>(raw, loader, next, s, a_big, a_small, a_cross, [](int) {});
+        tf32x3::kstep_wgmmas<BN, kTf32>(acc, a_big, a_small, a_cross, desc.big + 2 * s,
+                                        desc.small + 2 * s, desc.cross + 2 * s,
+                                        s > 0 || carry_on);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+            pin_registers(acc[mb]);
+            tf32x3::pin_a<kTf32>(a_big[mb], a_small[mb], a_cross[mb]);
+        }
+    }
+}
+
 template <int BN, int MB, bool kTf32, class ALoader, class Epilogue>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
@@ -58,44 +82,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
     const int copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
-    const uint8_t* b_tiles =
-        packed_b + (static_cast<long long>(grid.b_shared ? 0 : b) * grid.n_tiles + nt) * num_kb *
-                       layout.stage_bytes();
+    const uint8_t* b_tiles = tc::tile_b(packed_b, layout, grid, b, nt);
     const uint64_t keep_in_l2 = l2_evict_last();
     auto copy_stage = [&](int kb) {  // k-block kb's B tiles into stage kb % kStages
-        uint8_t* to = stages + (kb % kStages) * Cfg::kStageBytes;
-        const uint8_t* from = b_tiles + kb * layout.stage_bytes();
-        for (int c = 16 * threadIdx.x; c < copy_bytes; c += 16 * kThreads)
-            cp_async_or_zero<16>(to + c, reinterpret_cast<const float*>(from + c), true,
-                                 keep_in_l2);
-        cp_async_commit();
+        tc::copy_to_shared(stages + (kb % kStages) * Cfg::kStageBytes,
+                           b_tiles + kb * layout.stage_bytes(), copy_bytes, kThreads, keep_in_l2);
     };
 
-    typename ALoader::Row rows[MB][2];
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            rows[mb][h] = loader.row(b, mt * Cfg::kBM + me.tile_row<MB>(mb, h));
-    typename ALoader::KPtr next[MB][2];
-    auto point_at = [&](int kb) {
-        const typename ALoader::KBlock blk = loader.kblock(kb, me.lane % 4);
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                next[mb][h] = kb < num_kb ? loader.kptr(rows[mb][h], blk) : loader.none();
-    };
+    tc::TileARows<MB, Cfg::kBM, ALoader> a_rows(loader, me, b, mt);
+    auto point_at = [&](int kb) { a_rows.point_at(loader, kb, num_kb, me.lane % 4); };
     float raw[MB][2][8];
-    point_at(0);
-    tc::fetch_kblock(loader, next, raw);
-    point_at(1);
+    a_rows.start(loader, raw, num_kb, me.lane % 4);
     copy_stage(0);
 
     float total[MB][kAcc], part[MB][kAcc];
     float(&acc)[MB][kAcc] = kTf32 ? total : part;
     tc::set_zero(total);
-    uint32_t a_big[MB][4], a_small[MB][4], a_cross[MB][4];
     for (int kb = 0; kb < num_kb; ++kb) {
         cp_async_wait_all();         // this thread's copies of k-block kb
         fence_proxy_async_shared();  // ... visible to wgmma's proxy
@@ -103,20 +105,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (kb + 1 < num_kb) copy_stage(kb + 1);
         const tf32x3::StageDescriptors<Cfg::kTileBytes> desc(
             smem_address(stages + (kb % kStages) * Cfg::kStageBytes), b_cross_tile);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            tc::a_fragments<kTf32>(raw, loader, next, s, a_big, a_small, a_cross, [](int) {});
-            // One k-block a partial sum (3xTF32); the TF32 mode sums the tile in the total.
-            const int accumulate = s > 0 || (kTf32 && kb > 0);
-            tf32x3::kstep_wgmmas<BN, kTf32>(acc, a_big, a_small, a_cross, desc.big + 2 * s,
-                                            desc.small + 2 * s, desc.cross + 2 * s, accumulate);
-            wgmma_wait<0>();
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb) {
-                pin_registers(acc[mb]);
-                tf32x3::pin_a<kTf32>(a_big[mb], a_small[mb], a_cross[mb]);
-            }
-        }
+        // One k-block a partial sum (3xTF32); the TF32 mode sums the tile in the total.
+        kblock_wgmmas_one_by_one<BN, kTf32>(acc, raw, loader, a_rows.next, desc, kTf32 && kb > 0);
         point_at(kb + 2);
         if (!kTf32) tc::add_to(total, part);
     }
@@ -134,15 +124,10 @@ cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_
                    const PackedB& layout, int m_rows, int batch, bool b_shared,
                    cudaStream_t stream) {
     using Cfg = Config<BN, MB, kTf32>;
-    auto kernel = wgmma_kernel<BN, MB, kTf32, ALoader, Epilogue>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
-    TileGrid grid;
-    int tiles = 0;
-    const cudaError_t err = tc::prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows,
-                                               Cfg::kBM, layout, batch, b_shared, grid, tiles);
-    if (err != cudaSuccess || tiles == 0) return err;
-    kernel<<<tiles, kThreads, Cfg::kSmemBytes, stream>>>(loader, epilogue, packed, layout, grid);
-    return cudaGetLastError();
+    return tc::launch_tile_per_cta(smem_set_on, wgmma_kernel<BN, MB, kTf32, ALoader, Epilogue>,
+                                   Cfg::kSmemBytes, Cfg::kBM, kThreads, loader, epilogue, packed,
+                                   layout, m_rows, batch, b_shared, stream);
 }
 
 }  // namespace gemm_v6

@@ -60,9 +60,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // (This barrier also publishes the initialised mbarriers.)
     const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
     const uint32_t copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
-    const uint8_t* b_tiles =
-        packed_b + (static_cast<long long>(grid.b_shared ? 0 : b) * grid.n_tiles + nt) * num_kb *
-                       layout.stage_bytes();
+    const uint8_t* b_tiles = tc::tile_b(packed_b, layout, grid, b, nt);
     auto copy_stage = [&](int kb) {  // thread 0: k-block kb's B tiles into stage kb % STAGES
         const int stage = kb % STAGES;
         mbarrier_arrive_expect_tx(&full_bar[stage], copy_bytes);
@@ -72,30 +70,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0)
         for (int kb = 0; kb < STAGES - 1 && kb < num_kb; ++kb) copy_stage(kb);
 
-    typename ALoader::Row rows[MB][2];
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            rows[mb][h] = loader.row(b, mt * Cfg::kBM + me.tile_row<MB>(mb, h));
-    typename ALoader::KPtr next[MB][2];
-    auto point_at = [&](int kb) {
-        const typename ALoader::KBlock blk = loader.kblock(kb, me.lane % 4);
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                next[mb][h] = kb < num_kb ? loader.kptr(rows[mb][h], blk) : loader.none();
-    };
+    tc::TileARows<MB, Cfg::kBM, ALoader> a_rows(loader, me, b, mt);
+    auto point_at = [&](int kb) { a_rows.point_at(loader, kb, num_kb, me.lane % 4); };
     float raw[MB][2][8];
-    point_at(0);
-    tc::fetch_kblock(loader, next, raw);
-    point_at(1);
+    a_rows.start(loader, raw, num_kb, me.lane % 4);
 
     float total[MB][kAcc], part[MB][kAcc];
     float(&acc)[MB][kAcc] = kTf32 ? total : part;
     tc::set_zero(total);
-    uint32_t a_big[MB][4], a_small[MB][4], a_cross[MB][4];
     for (int kb = 0; kb < num_kb; ++kb) {
         __syncthreads();  // every thread is done with k-block kb - 1: its stage may refill
         if (threadIdx.x == 0 && kb + STAGES - 1 < num_kb) copy_stage(kb + STAGES - 1);
@@ -103,19 +85,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbarrier_wait(&full_bar[stage], (kb / STAGES) & 1);  // k-block kb's bytes are in
         const tf32x3::StageDescriptors<Cfg::kTileBytes> desc(
             smem_address(stages + stage * Cfg::kStageBytes), b_cross_tile);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            tc::a_fragments<kTf32>(raw, loader, next, s, a_big, a_small, a_cross, [](int) {});
-            const int accumulate = s > 0 || (kTf32 && kb > 0);
-            tf32x3::kstep_wgmmas<BN, kTf32>(acc, a_big, a_small, a_cross, desc.big + 2 * s,
-                                            desc.small + 2 * s, desc.cross + 2 * s, accumulate);
-            wgmma_wait<0>();
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb) {
-                pin_registers(acc[mb]);
-                tf32x3::pin_a<kTf32>(a_big[mb], a_small[mb], a_cross[mb]);
-            }
-        }
+        gemm_v6::kblock_wgmmas_one_by_one<BN, kTf32>(acc, raw, loader, a_rows.next, desc,
+                                                     kTf32 && kb > 0);
         point_at(kb + 2);
         if (!kTf32) tc::add_to(total, part);
     }
@@ -133,15 +104,11 @@ cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_
                    const PackedB& layout, int m_rows, int batch, bool b_shared,
                    cudaStream_t stream) {
     using Cfg = Config<BN, MB, STAGES, kTf32>;
-    auto kernel = bulk_copy_ring_kernel<BN, MB, STAGES, kTf32, ALoader, Epilogue>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
-    TileGrid grid;
-    int tiles = 0;
-    const cudaError_t err = tc::prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows,
-                                               Cfg::kBM, layout, batch, b_shared, grid, tiles);
-    if (err != cudaSuccess || tiles == 0) return err;
-    kernel<<<tiles, kThreads, Cfg::kSmemBytes, stream>>>(loader, epilogue, packed, layout, grid);
-    return cudaGetLastError();
+    return tc::launch_tile_per_cta(
+        smem_set_on, bulk_copy_ring_kernel<BN, MB, STAGES, kTf32, ALoader, Epilogue>,
+        Cfg::kSmemBytes, Cfg::kBM, kThreads, loader, epilogue, packed, layout, m_rows, batch,
+        b_shared, stream);
 }
 
 }  // namespace gemm_v7

@@ -122,40 +122,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     // As in tf32x3.cuh: B's cross tiles only when some B value is not finite.
     const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
     const int copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
-    const uint8_t* b_tiles =
-        packed_b + (static_cast<long long>(grid.b_shared ? 0 : b) * grid.n_tiles + nt) * num_kb *
-                       layout.stage_bytes();
+    const uint8_t* b_tiles = tc::tile_b(packed_b, layout, grid, b, nt);
     const uint64_t keep_in_l2 = l2_evict_last();
     // k-block kb's B tiles into stage kb % kStages: 16-byte copies spread over all threads.
-    auto copy_stage = [&](int kb) {
-        uint8_t* to = stages + (kb % kStages) * Cfg::kStageBytes;
-        const uint8_t* from = b_tiles + kb * layout.stage_bytes();
-        for (int c = 16 * threadIdx.x; c < copy_bytes; c += 16 * kThreads)
-            cp_async_or_zero<16>(to + c, reinterpret_cast<const float*>(from + c), true,
-                                 keep_in_l2);
-        cp_async_commit();
+    auto copy_stage = [&](int kb) {  // k-block kb's B tiles into stage kb % kStages
+        tc::copy_to_shared(stages + (kb % kStages) * Cfg::kStageBytes,
+                           b_tiles + kb * layout.stage_bytes(), copy_bytes, kThreads, keep_in_l2);
     };
 
     const TileCoords me{0, 0, 0, warp_group, warp, lane};  // this thread's place in the tile
-    typename ALoader::Row rows[MB][2];
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            rows[mb][h] = loader.row(b, mt * Cfg::kBM + me.tile_row<MB>(mb, h));
-    typename ALoader::KPtr next[MB][2];  // where k-block next_kb's values are
-    auto point_at = [&](int kb) {
-        const typename ALoader::KBlock blk = loader.kblock(kb, quad_col);
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                next[mb][h] = kb < num_kb ? loader.kptr(rows[mb][h], blk) : loader.none();
-    };
+    tc::TileARows<MB, Cfg::kBM, ALoader> a_rows(loader, me, b, mt);
+    auto point_at = [&](int kb) { a_rows.point_at(loader, kb, num_kb, quad_col); };
     float raw[MB][2][8];  // the thread's 8 values of each row for the k-block being consumed
-    point_at(0);
-    tc::fetch_kblock(loader, next, raw);
-    point_at(1);
+    a_rows.start(loader, raw, num_kb, quad_col);
     copy_stage(0);
 
     // total: the tile's sum with fp32 adds; part: one group's products (tf32x3.cuh's
@@ -177,7 +156,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int s = 0; s < 4; ++s) {
             // A's fragments of k-step s, then the two values consumed refilled.
             uint32_t a_big[MB][4], a_small[MB][4], a_cross[MB][4];
-            tc::a_fragments<kTf32>(raw, loader, next, s, a_big, a_small, a_cross, [](int) {});
+            tc::a_fragments<kTf32>(raw, loader, a_rows.next, s, a_big, a_small, a_cross,
+                                   [](int) {});
             kstep_mmas<BN, kTf32>(acc, a_big, a_small, a_cross, big, small, cross, s, lane);
         }
         point_at(kb + 2);
@@ -197,15 +177,11 @@ cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_
                    const PackedB& layout, int m_rows, int batch, bool b_shared,
                    cudaStream_t stream) {
     using Cfg = Config<BN, MB, kTf32>;
-    auto kernel = mma_sync_kernel<BN, MB, kGroup, kTf32, ALoader, Epilogue>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
-    TileGrid grid;
-    int tiles = 0;
-    const cudaError_t err = tc::prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows,
-                                                   Cfg::kBM, layout, batch, b_shared, grid, tiles);
-    if (err != cudaSuccess || tiles == 0) return err;
-    kernel<<<tiles, kThreads, Cfg::kSmemBytes, stream>>>(loader, epilogue, packed, layout, grid);
-    return cudaGetLastError();
+    return tc::launch_tile_per_cta(smem_set_on,
+                                   mma_sync_kernel<BN, MB, kGroup, kTf32, ALoader, Epilogue>,
+                                   Cfg::kSmemBytes, Cfg::kBM, kThreads, loader, epilogue, packed,
+                                   layout, m_rows, batch, b_shared, stream);
 }
 
 }  // namespace mma_sync

@@ -181,6 +181,57 @@ __device__ __forceinline__ void fetch_kblock(const ALoader& loader,
             }
 }
 
+// A's rows of one tile, for the kernels that take one tile a CTA (mma_sync, gemm v6 and v7):
+// each row's state, and where the thread's values of a k-block are (point_at; past the last
+// k-block, nowhere).
+template <int MB, int kBM, class ALoader>
+struct TileARows {
+    typename ALoader::Row rows[MB][2];
+    typename ALoader::KPtr next[MB][2];
+    __device__ __forceinline__ TileARows(const ALoader& loader, const TileCoords& me, int batch,
+                                         int mt) {
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                rows[mb][h] = loader.row(batch, mt * kBM + me.tile_row<MB>(mb, h));
+    }
+    __device__ __forceinline__ void point_at(const ALoader& loader, int kb, int num_kb,
+                                             int quad_col) {
+        const typename ALoader::KBlock blk = loader.kblock(kb, quad_col);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                next[mb][h] = kb < num_kb ? loader.kptr(rows[mb][h], blk) : loader.none();
+    }
+    // The pipeline's start: k-block 0's values into raw, the loads pointed at k-block 1.
+    __device__ __forceinline__ void start(const ALoader& loader, float (&raw)[MB][2][8],
+                                          int num_kb, int quad_col) {
+        point_at(loader, 0, num_kb, quad_col);
+        fetch_kblock(loader, next, raw);
+        point_at(loader, 1, num_kb, quad_col);
+    }
+};
+
+// The packed B k-blocks of the tile in column block nt of batch entry b: k-block kb's tiles
+// start kb * layout.stage_bytes() bytes further.
+__device__ __forceinline__ const uint8_t* tile_b(const uint8_t* packed_b, const PackedB& layout,
+                                                 const TileGrid& grid, int b, int nt) {
+    return packed_b + (static_cast<long long>(grid.b_shared ? 0 : b) * grid.n_tiles + nt) *
+                          layout.num_kb * layout.stage_bytes();
+}
+
+// `bytes` (a multiple of 16) from global to shared memory in 16-byte cp.async copies spread
+// over the CTA's `threads` threads, committed as one group; kept in L2 (other CTAs read the
+// same packed B).
+__device__ __forceinline__ void copy_to_shared(uint8_t* to, const uint8_t* from, int bytes,
+                                               int threads, uint64_t policy) {
+    for (int c = 16 * static_cast<int>(threadIdx.x); c < bytes; c += 16 * threads)
+        cp_async_or_zero<16>(to + c, reinterpret_cast<const float*>(from + c), true, policy);
+    cp_async_commit();
+}
+
 // The accumulators of a tile, [MB][kAcc]: zeroed, and a partial sum added into the total
 // with fp32 adds (both engines' "partial sums", tf32x3.cuh).
 template <int MB, int N>
@@ -253,6 +304,23 @@ cudaError_t prepare_launch(std::atomic<unsigned long long>& done, Kernel kernel,
     if (count > kMaxInt32Count) return cudaErrorInvalidValue;
     tiles = count > 0 ? static_cast<int>(count) : 0;
     return cudaSuccess;
+}
+
+// The launch of a kernel that takes one tile a CTA (mma_sync, gemm v6 and v7), after
+// prepare_launch: `threads` a CTA, smem_bytes of dynamic shared memory.
+template <class Kernel, class ALoader, class Epilogue>
+cudaError_t launch_tile_per_cta(std::atomic<unsigned long long>& smem_set_on, Kernel kernel,
+                                int smem_bytes, int bm, int threads, const ALoader& loader,
+                                const Epilogue& epilogue, const uint8_t* packed,
+                                const PackedB& layout, int m_rows, int batch, bool b_shared,
+                                cudaStream_t stream) {
+    TileGrid grid;
+    int tiles = 0;
+    const cudaError_t err = prepare_launch(smem_set_on, kernel, smem_bytes, m_rows, bm, layout,
+                                           batch, b_shared, grid, tiles);
+    if (err != cudaSuccess || tiles == 0) return err;
+    kernel<<<tiles, threads, smem_bytes, stream>>>(loader, epilogue, packed, layout, grid);
+    return cudaGetLastError();
 }
 
 }  // namespace tc
