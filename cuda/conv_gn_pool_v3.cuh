@@ -120,8 +120,7 @@ __global__ void __launch_bounds__(kV3Threads, 1)
     constexpr int kAcc = kBN / 2;
     const Conv2dGeometry& g = f.g;
     extern __shared__ uint8_t smem_raw[];
-    const uint32_t raw_addr = smem_address(smem_raw);
-    uint8_t* weights = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
+    uint8_t* weights = tc::align_1024(smem_raw);
     WarpgroupSmem* wg_smem =
         reinterpret_cast<WarpgroupSmem*>(weights + layout.num_kb * 3 * kBN * 128);
     // [kHaloItems]: where each halo item comes from and goes; [kWideCopies]: the same for the

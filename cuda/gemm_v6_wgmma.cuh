@@ -70,30 +70,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     using Cfg = Config<BN, MB, kTf32>;
     constexpr int kAcc = BN / 2;
     extern __shared__ uint8_t smem_raw[];
-    // Stage tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
-    const uint32_t raw_addr = smem_address(smem_raw);
-    uint8_t* stages = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
+    uint8_t* stages = tc::align_1024(smem_raw);
 
     int b, mt, nt;
     grid.locate(blockIdx.x, b, mt, nt);
     const int num_kb = layout.num_kb;
-    const TileCoords me{0, 0, 0, static_cast<int>(threadIdx.x) / kWarpgroupThreads,
-                        static_cast<int>(threadIdx.x) / 32 % 4, static_cast<int>(threadIdx.x) % 32};
+    const TileCoords me = TileCoords::of_thread(threadIdx.x);
 
     const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
-    const int copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
-    const uint8_t* b_tiles = tc::tile_b(packed_b, layout, grid, b, nt);
-    const uint64_t keep_in_l2 = l2_evict_last();
-    auto copy_stage = [&](int kb) {  // k-block kb's B tiles into stage kb % kStages
-        tc::copy_to_shared(stages + (kb % kStages) * Cfg::kStageBytes,
-                           b_tiles + kb * layout.stage_bytes(), copy_bytes, kThreads, keep_in_l2);
-    };
+    const tc::CpAsyncStages<kStages, Cfg::kStageBytes, kThreads> b_stages{
+        stages, tc::tile_b(packed_b, layout, grid, b, nt), layout.stage_bytes(),
+        tc::stage_copy_bytes<kTf32>(b_cross_tile, Cfg::kTileBytes), l2_evict_last()};
 
     tc::TileARows<MB, Cfg::kBM, ALoader> a_rows(loader, me, b, mt);
     auto point_at = [&](int kb) { a_rows.point_at(loader, kb, num_kb, me.lane % 4); };
     float raw[MB][2][8];
     a_rows.start(loader, raw, num_kb, me.lane % 4);
-    copy_stage(0);
+    b_stages.copy(0);
 
     float total[MB][kAcc], part[MB][kAcc];
     float(&acc)[MB][kAcc] = kTf32 ? total : part;
@@ -102,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         cp_async_wait_all();         // this thread's copies of k-block kb
         fence_proxy_async_shared();  // ... visible to wgmma's proxy
         __syncthreads();             // everyone's; and k-block kb - 1's stage is free again
-        if (kb + 1 < num_kb) copy_stage(kb + 1);
+        if (kb + 1 < num_kb) b_stages.copy(kb + 1);
         const tf32x3::StageDescriptors<Cfg::kTileBytes> desc(
             smem_address(stages + (kb % kStages) * Cfg::kStageBytes), b_cross_tile);
         // One k-block a partial sum (3xTF32); the TF32 mode sums the tile in the total.
@@ -110,9 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         point_at(kb + 2);
         if (!kTf32) tc::add_to(total, part);
     }
-    epilogue.template store<BN, MB>(
-        total, TileCoords{b, mt * Cfg::kBM, nt * BN, me.warpgroup, me.warp, me.lane},
-        epilogue.prepare(me));
+    epilogue.template store<BN, MB>(total, me.at(b, mt * Cfg::kBM, nt * BN), epilogue.prepare(me));
 #else
     __trap();  // built without sm_90a: the caller refuses this version on other GPUs
 #endif

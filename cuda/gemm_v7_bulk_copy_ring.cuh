@@ -45,21 +45,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kAcc = BN / 2;
     extern __shared__ uint8_t smem_raw[];
     __shared__ uint64_t full_bar[STAGES];
-    const uint32_t raw_addr = smem_address(smem_raw);
-    uint8_t* stages = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
+    uint8_t* stages = tc::align_1024(smem_raw);
 
     int b, mt, nt;
     grid.locate(blockIdx.x, b, mt, nt);
     const int num_kb = layout.num_kb;
-    const TileCoords me{0, 0, 0, static_cast<int>(threadIdx.x) / kWarpgroupThreads,
-                        static_cast<int>(threadIdx.x) / 32 % 4, static_cast<int>(threadIdx.x) % 32};
+    const TileCoords me = TileCoords::of_thread(threadIdx.x);
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) mbarrier_init(&full_bar[i], 1);
         fence_barrier_init();
     }
     // (This barrier also publishes the initialised mbarriers.)
     const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
-    const uint32_t copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
+    const uint32_t copy_bytes = tc::stage_copy_bytes<kTf32>(b_cross_tile, Cfg::kTileBytes);
     const uint8_t* b_tiles = tc::tile_b(packed_b, layout, grid, b, nt);
     auto copy_stage = [&](int kb) {  // thread 0: k-block kb's B tiles into stage kb % STAGES
         const int stage = kb % STAGES;
@@ -90,11 +88,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         point_at(kb + 2);
         if (!kTf32) tc::add_to(total, part);
     }
-    epilogue.template store<BN, MB>(
-        total, TileCoords{b, mt * Cfg::kBM, nt * BN, me.warpgroup, me.warp, me.lane},
-        epilogue.prepare(me));
+    epilogue.template store<BN, MB>(total, me.at(b, mt * Cfg::kBM, nt * BN), epilogue.prepare(me));
 #else
-    __trap();  // built without sm_90a: the caller refuses this version on other GPUs
+    __trap();  // built without sm_90a: gemm refuses v7 on other GPUs
 #endif
 }
 

@@ -119,23 +119,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warp_group = threadIdx.x / kWarpgroupThreads, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, quad_col = lane % 4;
 
-    // As in tf32x3.cuh: B's cross tiles only when some B value is not finite.
+    // As in tf32x3.cuh: B's cross tiles only when some B value is not finite; every thread
+    // copies 16 bytes at a time.
     const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
-    const int copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
-    const uint8_t* b_tiles = tc::tile_b(packed_b, layout, grid, b, nt);
-    const uint64_t keep_in_l2 = l2_evict_last();
-    // k-block kb's B tiles into stage kb % kStages: 16-byte copies spread over all threads.
-    auto copy_stage = [&](int kb) {  // k-block kb's B tiles into stage kb % kStages
-        tc::copy_to_shared(stages + (kb % kStages) * Cfg::kStageBytes,
-                           b_tiles + kb * layout.stage_bytes(), copy_bytes, kThreads, keep_in_l2);
-    };
+    const tc::CpAsyncStages<kStages, Cfg::kStageBytes, kThreads> b_stages{
+        stages, tc::tile_b(packed_b, layout, grid, b, nt), layout.stage_bytes(),
+        tc::stage_copy_bytes<kTf32>(b_cross_tile, Cfg::kTileBytes), l2_evict_last()};
 
     const TileCoords me{0, 0, 0, warp_group, warp, lane};  // this thread's place in the tile
     tc::TileARows<MB, Cfg::kBM, ALoader> a_rows(loader, me, b, mt);
     auto point_at = [&](int kb) { a_rows.point_at(loader, kb, num_kb, quad_col); };
     float raw[MB][2][8];  // the thread's 8 values of each row for the k-block being consumed
     a_rows.start(loader, raw, num_kb, quad_col);
-    copy_stage(0);
+    b_stages.copy(0);
 
     // total: the tile's sum with fp32 adds; part: one group's products (tf32x3.cuh's
     // "partial sums"); the TF32 mode sums the whole tile into total.
@@ -147,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kb = 0; kb < num_kb; ++kb) {
         cp_async_wait_all();  // this thread's copies of k-block kb
         __syncthreads();      // everyone's; and k-block kb - 1's stage is free again
-        if (kb + 1 < num_kb) copy_stage(kb + 1);
+        if (kb + 1 < num_kb) b_stages.copy(kb + 1);
         if (!kTf32 && kb % group == 0) tc::set_zero(part);
         const uint8_t* big = stages + (kb % kStages) * Cfg::kStageBytes;
         const uint8_t* small = big + Cfg::kTileBytes;
@@ -164,8 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (!kTf32 && (kb % group == group - 1 || kb == num_kb - 1)) tc::add_to(total, part);
     }
     const typename Epilogue::Prepared prepared = epilogue.prepare(me);
-    epilogue.template store<BN, MB>(
-        total, TileCoords{b, mt * Cfg::kBM, nt * BN, warp_group, warp, lane}, prepared);
+    epilogue.template store<BN, MB>(total, me.at(b, mt * Cfg::kBM, nt * BN), prepared);
 #else
     __trap();  // built for a GPU without mma.sync's TF32 (before sm_80): never launched
 #endif

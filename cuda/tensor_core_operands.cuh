@@ -147,6 +147,15 @@ struct TileCoords {
     __device__ int tile_row(int mb, int h) const {
         return warpgroup * 64 * MB + mb * 64 + warp * 16 + lane / 4 + 8 * h;
     }
+    // The same thread placed in the tile of batch entry b at rows m0.., columns n0.. (what an
+    // epilogue stores).
+    __device__ TileCoords at(int b, int tile_m0, int tile_n0) const {
+        return {b, tile_m0, tile_n0, warpgroup, warp, lane};
+    }
+    // Thread t of warpgroups laid out from thread 0 (no producer warpgroup before them).
+    __device__ static TileCoords of_thread(int t) {
+        return {0, 0, 0, t / kWarpgroupThreads, t / 32 % 4, t % 32};
+    }
 };
 
 // Tile t (of batch * m_tiles * n_tiles) covers batch entry t / (m_tiles * n_tiles), rows
@@ -214,6 +223,21 @@ struct TileARows {
     }
 };
 
+// The first 1024-byte boundary at or after p in shared memory: swizzled tiles start there (the
+// 128-byte swizzle's pattern repeats every 1024 bytes). Kernels ask for 1024 bytes of slack.
+__device__ __forceinline__ uint8_t* align_1024(uint8_t* p) {
+    const uint32_t address = smem_address(p);
+    return p + (((address + 1023) & ~1023u) - address);
+}
+
+// The bytes of a k-block's B a stage receives: the big tile alone in the TF32 mode (B rounded
+// to nearest); big and small in 3xTF32, and the cross tile too where some B value is not
+// finite (b_has_nonfinite; otherwise the big tile serves the cross terms).
+template <bool kTf32>
+__host__ __device__ __forceinline__ int stage_copy_bytes(bool b_cross_tile, int tile_bytes) {
+    return (kTf32 ? 1 : b_cross_tile ? 3 : 2) * tile_bytes;
+}
+
 // The packed B k-blocks of the tile in column block nt of batch entry b: k-block kb's tiles
 // start kb * layout.stage_bytes() bytes further.
 __device__ __forceinline__ const uint8_t* tile_b(const uint8_t* packed_b, const PackedB& layout,
@@ -231,6 +255,21 @@ __device__ __forceinline__ void copy_to_shared(uint8_t* to, const uint8_t* from,
         cp_async_or_zero<16>(to + c, reinterpret_cast<const float*>(from + c), true, policy);
     cp_async_commit();
 }
+
+// B's k-blocks of one tile copied into a ring of kStages stages by every thread with cp.async
+// (mma_sync, gemm v6): copy(kb) puts k-block kb's tiles into stage kb % kStages.
+template <int kStages, int kStageBytes, int kThreads>
+struct CpAsyncStages {
+    uint8_t* stages;
+    const uint8_t* b_tiles;  // tile_b
+    long long kblock_stride;  // layout.stage_bytes()
+    int copy_bytes;          // stage_copy_bytes
+    uint64_t policy;         // kept in L2: other CTAs read the same packed B
+    __device__ __forceinline__ void copy(int kb) const {
+        copy_to_shared(stages + (kb % kStages) * kStageBytes, b_tiles + kb * kblock_stride,
+                       copy_bytes, kThreads, policy);
+    }
+};
 
 // The accumulators of a tile, [MB][kAcc]: zeroed, and a partial sum added into the total
 // with fp32 adds (both engines' "partial sums", tf32x3.cuh).

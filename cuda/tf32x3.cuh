@@ -209,20 +209,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     extern __shared__ uint8_t smem_raw[];
     __shared__ uint64_t full_bar[STAGES], empty_bar[STAGES];
-    // Stage tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
-    const uint32_t raw_addr = smem_address(smem_raw);
-    uint8_t* stages = smem_raw + (((raw_addr + 1023) & ~1023u) - raw_addr);
+    uint8_t* stages = align_1024(smem_raw);
     const uint32_t stages_addr = smem_address(stages);
 
     const int my_tiles = ctas_tiles(grid);
     const int num_kb = layout.num_kb;
     const int total_iters = my_tiles * num_kb;
     if (threadIdx.x == 0) init_stage_barriers(full_bar, empty_bar);
-    // B's cross tiles are loaded and used only when some B value is not finite; otherwise
-    // the big tiles serve the cross terms too.
     const bool b_cross_tile = b_has_nonfinite(packed_b, layout);
-    // (The TF32 mode reads the big tiles alone: B rounded to nearest.)
-    const uint32_t copy_bytes = (kTf32 ? 1 : b_cross_tile ? 3 : 2) * Cfg::kTileBytes;
+    const uint32_t copy_bytes = stage_copy_bytes<kTf32>(b_cross_tile, Cfg::kTileBytes);
 
     if (threadIdx.x < kWarpgroupThreads) {  // the producer warpgroup
         setmaxnreg_dec<kProducerRegisters>();
@@ -310,8 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // The tile is done: store it, start the next afresh.
         int b, mt, nt;
         grid.locate(blockIdx.x + tile_i * gridDim.x, b, mt, nt);
-        epilogue.template store<BN, MB>(
-            total, TileCoords{b, mt * Cfg::kBM, nt * BN, warpgroup, warp, lane}, prepared);
+        epilogue.template store<BN, MB>(total, me.at(b, mt * Cfg::kBM, nt * BN), prepared);
         if (!kTf32) set_zero(total);  // (the TF32 mode's first wgmma overwrites it)
     }
 #else

@@ -15,6 +15,7 @@ short summary, because remote runs often keep only the tail of the output.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -156,8 +157,14 @@ def cmd_sass(args: argparse.Namespace) -> int:
     if reason is not None:
         print(f"scratchops sass: {reason}", file=sys.stderr)
         return 2
+    try:
+        rows = sass.instruction_mix(args.file, args.arch)
+    except subprocess.CalledProcessError as failed:  # nvcc's or cuobjdump's own message
+        print(f"scratchops sass: {Path(failed.cmd[0]).name} failed:\n{failed.stderr}",
+              file=sys.stderr)
+        return 1
     print(f"{args.file.name} for sm_{args.arch}: SASS instructions per kernel")
-    print(sass.table(sass.instruction_mix(args.file, args.arch), args.kernel))
+    print(sass.table(rows, args.kernel))
     return 0
 
 
