@@ -21,7 +21,7 @@
 namespace scratchops {
 
 // ------------------------------------------------------------ the tensor-core engines
-// The fp32-accurate tensor-core kernels (gemm v5, the implicit-GEMM convolutions, P85 in one
+// The fp32-accurate tensor-core kernels (gemm v5-v9, the implicit-GEMM convolutions, P85 in one
 // pass) run on one of two engines, the same product from the same packed operands:
 //   kWgmma    Hopper's warpgroup MMA with a bulk-copy ring and warp specialisation
 //             (tf32x3.cuh): an sm_90 GPU and an sm_90a build;
@@ -61,7 +61,7 @@ constexpr bool gemm_version_needs_wgmma(int version) {
 // No version given: v9 where the device has tensor cores and A has at least
 // kGemmTensorCoreMinRows rows, v4 otherwise. The tensor-core versions pack B at every call
 // (12 bytes written a value, then read back), which pays for itself only when enough rows of
-// A reuse B (docs/notes.md, "gemm v5 on the convolutions' GEMM shapes").
+// A reuse B (docs/notes.md, "gemm v5 on the convolutions' GEMM shapes", v5 there being today's v9).
 constexpr int kGemmTensorCoreMinRows = 256;
 // The workspace a version needs (16-byte aligned): v5-v9 pack B into shared-memory tiles;
 // with a batched B (stride_b != 0) they pack a chunk of entries at a time, so the workspace is

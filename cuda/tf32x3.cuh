@@ -1,4 +1,4 @@
-// tf32x3.cuh — the engine of the fp32-accurate tensor-core kernels (gemm v5, implicit-GEMM
+// tf32x3.cuh — the engine of the fp32-accurate tensor-core kernels (gemm v8, v9, implicit-GEMM
 // convolution): D (M x N) = A (M x K) @ B^T, with B given N x K ("K-major"), on Hopper's
 // wgmma (sm_90a), each fp32 product carried by three TF32 products ("3xTF32").
 //

@@ -58,7 +58,7 @@ constexpr int64_t kMaxElements = INT_MAX;
 // Kernel size, stride, padding and dilation at most this (scratchops/_checks.py:
 // GEOMETRY_MAX), so that oh * stride + kh * dilation stays far inside 32 bits.
 constexpr int64_t kMaxGeometry = 65535;
-// gemm v5 packs a batched B into a workspace of at most this many bytes, a chunk at a time.
+// gemm v5-v9 pack a batched B into a workspace of at most this many bytes, a chunk at a time.
 constexpr long long kGemmWorkspaceBudget = 256LL << 20;
 // The one-pass P85 operator: output channels it covers, and its pooling window.
 constexpr int64_t kOnePassMaxChannels = 64, kOnePassPool = 4;
