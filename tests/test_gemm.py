@@ -1,9 +1,10 @@
 """scratchops.gemm, every version, against torch.matmul (fp32) and float64."""
 
 import pytest
+import torch
 
 import scratchops
-from helpers import (assert_matches, poison_next, rand, requires_gpu,
+from helpers import (ATOL, RTOL, assert_matches, poison_next, rand, requires_gpu,
                      skip_unless_gemm_version_runs)
 
 pytestmark = requires_gpu
@@ -81,8 +82,6 @@ def test_gemm_default_version_is_chosen_for_the_shape():
 def test_gemm_default_picks_the_version_by_rows(m):
     # The default runs v4 below GEMM_TENSOR_CORE_MIN_ROWS rows of A and v9 (on the tensor
     # cores, where the GPU has them) from there on; either way the product is right.
-    import torch
-
     a, b = rand(m, 40), rand(2, 40, 30)
     poison_next(2, m, 30)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -95,4 +94,29 @@ def test_gemm_default_picks_the_version_by_rows(m):
         assert "pack_b_kernel" in names and "gemm_pipelined_kernel" not in names, names
     else:
         assert "gemm_pipelined_kernel" in names and "pack_b_kernel" not in names, names
+    assert_matches(out, *reference(a, b, None))
+
+
+TENSOR_CORE_VERSIONS = [v for v in VERSIONS
+                        if v >= scratchops.versions.GEMM_FIRST_TENSOR_CORE_VERSION]
+
+
+@pytest.mark.parametrize("version", TENSOR_CORE_VERSIONS)
+def test_tensor_core_versions_give_inf_and_nan_as_fp32(version):
+    # Inf and NaN in A and in B: B's cross tiles then travel with every stage (each version's
+    # copy path: cp.async stages, the bulk-copy ring, the producer warpgroup).
+    a, b = rand(70, 40, low=0.0), rand(40, 90, low=0.1)
+    a[3, 5], a[10, 7], a[20, 1] = float("inf"), float("-inf"), float("nan")
+    b[2, 30], b[9, 60] = float("inf"), float("nan")
+    a[40, 0] = 3.4028e38  # rounds to Inf in TF32 if split naively
+    poison_next(70, 90)
+    out, ref = scratchops.gemm(a, b, version=version), a @ b
+    torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL, equal_nan=True)
+
+
+@pytest.mark.parametrize("version", TENSOR_CORE_VERSIONS)
+def test_tensor_core_versions_are_deterministic_over_many_k_blocks(version):
+    a, b = rand(300, 1029), rand(1029, 190)  # 33 k-blocks, a partial last one
+    out = scratchops.gemm(a, b, version=version)
+    assert torch.equal(out, scratchops.gemm(a, b, version=version))
     assert_matches(out, *reference(a, b, None))
