@@ -34,6 +34,7 @@ DEFAULT_GROUP_NORM_VERSION = 2
 # Cin <= 8, at most 12 taps, TF32 off; where it does not cover the call, version 3 runs
 # version 2).
 CONV_GN_POOL_VERSIONS = {1: "cuda_cores", 2: "engine_epilogue", 3: "halo_tiles"}
+CONV_GN_POOL_CUDA_CORE_VERSION = 1  # (cuda/launchers.h: kConvGnPoolCudaCoreVersion)
 DEFAULT_CONV_GN_POOL_VERSION = 3
 # max pool versions (cuda/pool_clamp.cu), of max_pool2d and max_pool2d_clamp: how threads map
 # onto the output.

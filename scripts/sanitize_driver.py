@@ -18,6 +18,7 @@ from scratchops.tools.report import ATOL, RTOL
 from scratchops.tools.timing import tf32_disabled
 
 failures = []
+CONV_GN_POOL_CUDA_CORES = scratchops.versions.CONV_GN_POOL_CUDA_CORE_VERSION
 
 
 def check(name, out, ref, equal_nan=False):
@@ -31,39 +32,52 @@ def r(*shape):
     return torch.rand(shape, device="cuda") * 2 - 1
 
 
-def tensor_core_kernels(engine):
-    """gemm's tensor-core version, the implicit-GEMM conv2d, P31 in one kernel and P85 in one
-    pass."""
-    tc = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+def check_gemm(label, version):
+    """gemm `version` on awkward shapes, a bias, and a batch."""
     for m, n, k in [(1, 1, 1), (33, 65, 17), (130, 129, 9), (64, 200, 72)]:
         a, b, bias = r(m, k), r(k, n), r(m)
-        check(f"{engine} gemm v{tc} {m}x{n}x{k}", scratchops.gemm(a, b, bias, version=tc),
+        check(f"{label} {m}x{n}x{k}", scratchops.gemm(a, b, bias, version=version),
               a @ b + bias[:, None])
     a, b = r(3, 5, 7), r(3, 7, 9)
-    check(f"{engine} gemm v{tc} batched", scratchops.gemm(a, b, version=tc), a @ b)
+    check(f"{label} batched", scratchops.gemm(a, b, version=version), a @ b)
+
+
+def check_one_pass(label, version):
+    """P85's one pass, `version`, on an odd shape with 3 groups of 4 channels."""
+    x, w, bias, g, b, s = r(2, 5, 14, 13), r(12, 5, 3, 3), r(12), r(12), r(12), r(12)
+    check(label,
+          scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5,
+                                                  version=version),
+          torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
+                                   s[:, None, None], 4), -0.5, 0.5))
+
+
+def tensor_core_kernels(engine):
+    """gemm's tensor-core version, the implicit-GEMM conv2d, P31 in one kernel and P85's one
+    pass on the tensor cores."""
+    tc = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+    check_gemm(f"{engine} gemm v{tc}", tc)
     x, w, bias = r(3, 3, 11, 9), r(70, 3, 3, 2), r(70)
     check(f"{engine} conv2d implicit", scratchops.conv2d(x, w, bias, 2, 1, (1, 2)),
           F.conv2d(x, w, bias, 2, 1, (1, 2)))
     b2 = r(70)
     check(f"{engine} conv2d_min_add_mul", scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
           (torch.clamp_max(F.conv2d(x, w, bias), 0.1) + b2[:, None, None]) * 2.0)
-    x, w, bias, g, b, s = r(2, 5, 14, 13), r(12, 5, 3, 3), r(12), r(12), r(12), r(12)
-    check(f"{engine} conv2d_group_norm_pool_clamp",
-          scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5),
-          torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
-                                   s[:, None, None], 4), -0.5, 0.5))
+    for version in scratchops.CONV_GN_POOL_VERSIONS:
+        if version != CONV_GN_POOL_CUDA_CORES:
+            check_one_pass(f"{engine} conv2d_group_norm_pool_clamp v{version}", version)
 
 
 def main():
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    tensor_cores = torch.cuda.get_device_capability() >= (8, 0)
     for version in scratchops.GEMM_VERSIONS:
         if version == scratchops.versions.GEMM_TENSOR_CORE_VERSION:
             continue  # on each engine below
-        for m, n, k in [(1, 1, 1), (33, 65, 17), (130, 129, 9), (64, 200, 72)]:
-            a, b, bias = r(m, k), r(k, n), r(m)
-            check(f"gemm v{version} {m}x{n}x{k}", scratchops.gemm(a, b, bias, version=version),
-                  a @ b + bias[:, None])
-        a, b = r(3, 5, 7), r(3, 7, 9)
-        check(f"gemm v{version} batched", scratchops.gemm(a, b, version=version), a @ b)
+        if version >= scratchops.versions.GEMM_FIRST_TENSOR_CORE_VERSION and not (
+                hopper if version in scratchops.versions.GEMM_WGMMA_VERSIONS else tensor_cores):
+            continue  # no kernel for this GPU
+        check_gemm(f"gemm v{version}", version)
         if version not in scratchops.IM2COL_GEMM_VERSIONS:
             continue
         x, w, bias = r(3, 3, 11, 9), r(5, 3, 3, 2), r(5)
@@ -73,8 +87,7 @@ def main():
                                     workspace_bytes=ws, gemm_version=version),
                   F.conv2d(x, w, bias, 2, 1, (1, 2)))
     # The tensor-core kernels on every engine this GPU has (scratchops/tensor_cores.py).
-    hopper = torch.cuda.get_device_capability() == (9, 0)
-    for engine in (["wgmma", "mma_sync"] if hopper else ["mma_sync"]):
+    for engine in (["wgmma", "mma_sync"] if hopper else ["mma_sync"] if tensor_cores else []):
         with scratchops.tensor_core_path(engine):
             tensor_core_kernels(engine)
     x = r(2, 3, 9, 7)
@@ -91,12 +104,8 @@ def main():
                   scratchops.group_norm_scale(x, groups, g, b, s, version=version),
                   F.group_norm(x, groups, g, b) * s.reshape(shape[1], *([1] * (len(shape) - 2))))
     # P85's one pass on the CUDA cores (the tensor-core versions run on each engine above).
-    x, w, bias, g, b, s = r(2, 5, 14, 13), r(12, 5, 3, 3), r(12), r(12), r(12), r(12)
-    check("conv2d_group_norm_pool_clamp v1",
-          scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5,
-                                                  version=1),
-          torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
-                                   s[:, None, None], 4), -0.5, 0.5))
+    check_one_pass(f"conv2d_group_norm_pool_clamp v{CONV_GN_POOL_CUDA_CORES}",
+                   CONV_GN_POOL_CUDA_CORES)
     x, s = r(2, 5, 7, 9), r(5, 1, 1)
     check("scale", scratchops.scale(x, s), x * s)
     check("min_add_mul", scratchops.min_add_mul(x, 0.5, s, 2.0), (torch.clamp_max(x, 0.5) + s) * 2)

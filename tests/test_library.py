@@ -63,6 +63,7 @@ def test_launchers_h_routes_the_tensor_core_gemm_version_of_versions_py():
     assert scratchops.versions.GEMM_WGMMA_VERSIONS == tuple(
         range(int(first) + 1, int(number)))
     cuda_core = re.search(r"constexpr int kConvGnPoolCudaCoreVersion = (\d+);", text).group(1)
+    assert int(cuda_core) == scratchops.versions.CONV_GN_POOL_CUDA_CORE_VERSION
     assert scratchops.CONV_GN_POOL_VERSIONS[int(cuda_core)] == "cuda_cores"
     rows = re.search(r"constexpr int kGemmTensorCoreMinRows = (\d+);", text).group(1)
     assert int(rows) == scratchops.versions.GEMM_TENSOR_CORE_MIN_ROWS
