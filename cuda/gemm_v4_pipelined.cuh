@@ -32,24 +32,11 @@ __global__ void __launch_bounds__(kPipeThreads)
 
     float4 a_next, b_next;
     auto fetch = [&](int k0) {
+        // (A's row r holds K - k values from k on; B's row kb, N - c from column c.)
         const int r = row0 + a_row, k = k0 + a_k;
-        if (a_vec4 && r < M && k + 3 < K) {
-            a_next = *reinterpret_cast<const float4*>(A + r * lda + k);
-        } else {
-            a_next.x = r < M && k < K ? A[r * lda + k] : 0.0f;
-            a_next.y = r < M && k + 1 < K ? A[r * lda + k + 1] : 0.0f;
-            a_next.z = r < M && k + 2 < K ? A[r * lda + k + 2] : 0.0f;
-            a_next.w = r < M && k + 3 < K ? A[r * lda + k + 3] : 0.0f;
-        }
+        a_next = load4_or_zero(A + r * lda + k, r < M ? K - k : 0, a_vec4);
         const int kb = k0 + b_k, c = col0 + b_col;
-        if (b_vec4 && kb < K && c + 3 < N) {
-            b_next = *reinterpret_cast<const float4*>(B + kb * ldb + c);
-        } else {
-            b_next.x = kb < K && c < N ? B[kb * ldb + c] : 0.0f;
-            b_next.y = kb < K && c + 1 < N ? B[kb * ldb + c + 1] : 0.0f;
-            b_next.z = kb < K && c + 2 < N ? B[kb * ldb + c + 2] : 0.0f;
-            b_next.w = kb < K && c + 3 < N ? B[kb * ldb + c + 3] : 0.0f;
-        }
+        b_next = load4_or_zero(B + kb * ldb + c, kb < K ? N - c : 0, b_vec4);
     };
     auto stash = [&](int buf) {
         A_tile[buf][a_k + 0][a_row] = a_next.x;
