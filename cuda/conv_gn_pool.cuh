@@ -55,8 +55,12 @@ constexpr int kPool = 4;                       // pooling window and stride (P85
 constexpr int kBandCols = 32;                  // a tile: kPool rows x 32 columns = 128 GEMM rows
 constexpr int kTileRows = kPool * kBandCols;   // = 2 warpgroups x 64
 constexpr int kWideBandCols = 16;              // v1's and v3's tile: kPool rows x 16 columns
+constexpr int kWideTileWindows = kWideBandCols / kPool;  // its pooling windows
 enum : int { kWindowsPerTile = kBandCols / kPool };  // (an enum: unused without sm_90a)
 constexpr int kBN = 64, kMB = 1, kStages = 8;  // every output channel in one tile
+// A wide tile's (channel, pooling window) pairs: the unit of work of v1's threads and of v3's
+// epilogue.
+constexpr int kWideTilePairs = kBN * kWideTileWindows;
 static_assert(kTileRows == tf32x3::kConsumerWarpgroups * 64 * kMB, "a tile is one band");
 
 // Tile order: tile = (n * bands + band) * col_blocks + col_block; GEMM row m of the tile

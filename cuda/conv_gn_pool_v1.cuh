@@ -25,8 +25,7 @@
 namespace scratchops {
 namespace conv_gn_pool {
 
-constexpr int kV1Windows = kWideBandCols / kPool;  // pooling windows a tile
-constexpr int kV1Threads = kBN * kV1Windows;       // one per (channel, window)
+constexpr int kV1Threads = kWideTilePairs;  // one per (channel, pooling window)
 
 template <bool kTf32>
 __device__ __forceinline__ float operand(float v) {
@@ -40,7 +39,7 @@ __global__ void __launch_bounds__(kV1Threads)
     const int tile = blockIdx.x;
     int n, band, col_block;
     bands.tile(tile, n, band, col_block);
-    const int co = threadIdx.x / kV1Windows, w = threadIdx.x % kV1Windows;
+    const int co = threadIdx.x / kWideTileWindows, w = threadIdx.x % kWideTileWindows;
     const int oh0 = kPool * band, ow0 = kWideBandCols * col_block + kPool * w;
     // The outputs of this window inside the conv output: rows x cols of the 4 x 4.
     const int rows = min(kPool, g.out_h - oh0), cols = max(0, min(kPool, g.out_w - ow0));
@@ -81,7 +80,7 @@ __global__ void __launch_bounds__(kV1Threads)
         for (int j = 0; j < kPool; ++j) v[i][j] += bias;
 
     // (2) The window's extreme: pooling windows lie whole inside the conv output.
-    const int window_col = kV1Windows * col_block + w;
+    const int window_col = kWideTileWindows * col_block + w;
     if (co < cout && band < p.pool_h && window_col < p.pool_w) {
         const bool minimum = extreme_sign(p, cout, co) < 0.0f;
         float e = v[0][0];
@@ -109,7 +108,8 @@ __global__ void __launch_bounds__(kV1Threads)
             const float d = v[i][j] - m.mean;
             m.m2 += i < rows && j < cols ? d * d : 0.0f;
         }
-    m = warp_xor_reduce<1, kV1Windows>(m, Merge<>{});  // lanes xor 1, 2: the channel's windows
+    // Lanes xor 1, 2: the channel's windows.
+    m = warp_xor_reduce<1, kWideTileWindows>(m, Merge<>{});
 
     // The group's channels in order, by one thread a group.
     __shared__ Moments channel[kBN];

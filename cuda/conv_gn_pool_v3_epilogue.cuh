@@ -27,7 +27,7 @@ struct V3TilePlace {
 // lanes xor 8, 16, its neighbour channels lanes xor 1, 2, 4. Each pair's conv bias and
 // extreme sign are read once per CTA.
 struct V3WindowPairs {
-    static constexpr int kPerThread = kWindowPairs / kWarpgroupThreads;
+    static constexpr int kPerThread = kWideTilePairs / kWarpgroupThreads;
     float bias[kPerThread], sign[kPerThread];
     int window, warp, lane;
     __device__ int channel(int j) const { return 8 * (4 * j + warp) + lane % 8; }
@@ -91,7 +91,7 @@ __device__ __forceinline__ void window_pairs(WarpgroupSmem& my, const V3WindowPa
         for (int r = 0; r < kPool; ++r)
             row_max[r] = fmaxf(fmaxf(v[r][0], v[r][1]), fmaxf(v[r][2], v[r][3]));
         const float extreme = fmaxf(fmaxf(row_max[0], row_max[1]), fmaxf(row_max[2], row_max[3]));
-        const int wc = kV3Windows * at.col_block + w;
+        const int wc = kWideTileWindows * at.col_block + w;
         if (co < cout && at.band < p.pool_h && wc < p.pool_w)
             p.extremes[((static_cast<long long>(at.n) * cout + co) * p.pool_h + at.band) *
                            p.pool_w + wc] = fmaf(pairs.sign[j], extreme, pairs.bias[j]);
@@ -101,7 +101,7 @@ __device__ __forceinline__ void window_pairs(WarpgroupSmem& my, const V3WindowPa
         const int cols = kWhole ? kPool : max(0, min(kPool, at.cols_here - kPool * w));
         auto in_window = [&](int r, int c) { return kWhole || (r < at.rows_here && c < cols); };
         auto sum_over_windows = [](float x) {  // lanes xor 8, 16
-            return warp_xor_reduce<8, 8 * kV3Windows>(x, Sum{});
+            return warp_xor_reduce<8, 8 * kWideTileWindows>(x, Sum{});
         };
         float row_sum[kPool];
 #pragma unroll

@@ -13,9 +13,7 @@ constexpr int kV3Warpgroups = 3;
 constexpr int kV3Threads = kWarpgroupThreads * kV3Warpgroups;
 constexpr int kV3MaxKBlocks = 3;
 enum : int {
-    kV3MaxTaps = 4 * kV3MaxKBlocks,                // a k-block holds 4 taps of 8 channels
-    kV3Windows = kWideBandCols / kPool,              // pooling windows of a tile
-    kWindowPairs = kBN * kV3Windows,               // (channel, window) pairs of a tile
+    kV3MaxTaps = 4 * kV3MaxKBlocks,  // a k-block holds 4 taps of 8 channels
 };
 constexpr int kHaloPixels = 128;  // halo_h x raw_pitch at most
 constexpr int kHaloItems = kHaloPixels * 4;  // (pixel, channels q and q + 4) items of a halo
