@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include "element.cuh"
+
 namespace scratchops {
 
 // ------------------------------------------------------------------------------ limits

@@ -7,8 +7,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <cuda_runtime.h>
+
+#include "element.cuh"
 
 namespace scratchops {
 
@@ -97,6 +100,34 @@ __device__ __forceinline__ float2 load2_or_zero(const float* p, bool valid) {
     return v;
 }
 
+// The same for the half types, widened to float: one 2-byte load, or one 4-byte load of a
+// pair (p 4-byte aligned).
+template <class T>
+__device__ __forceinline__ T half_from_bits(unsigned short bits) {
+    return *reinterpret_cast<const T*>(&bits);
+}
+template <class T, class = std::enable_if_t<is_half_type<T>()>>
+__device__ __forceinline__ float load_or_zero(const T* p, bool valid) {
+    unsigned short v;
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\nmov.b16 %0, 0;\n"
+        "@p ld.global.nc.b16 %0, [%1];\n}\n"
+        : "=h"(v)
+        : "l"(p), "r"(static_cast<int>(valid)));
+    return to_float(half_from_bits<T>(v));
+}
+template <class T, class = std::enable_if_t<is_half_type<T>()>>
+__device__ __forceinline__ float2 load2_or_zero(const T* p, bool valid) {
+    uint32_t v;
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\nmov.b32 %0, 0;\n"
+        "@p ld.global.nc.b32 %0, [%1];\n}\n"
+        : "=r"(v)
+        : "l"(p), "r"(static_cast<int>(valid)));
+    return make_float2(to_float(half_from_bits<T>(static_cast<unsigned short>(v & 0xffffu))),
+                       to_float(half_from_bits<T>(static_cast<unsigned short>(v >> 16))));
+}
+
 // A plain load, ordered after the preceding asm volatile statements: used to refill a
 // register only after its previous value has been consumed, so that the compiler neither
 // hoists the load above that use nor copies the loaded value into the loop-carried register
@@ -105,6 +136,12 @@ __device__ __forceinline__ float load_ordered(const float* p) {
     float v;
     asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
     return v;
+}
+template <class T, class = std::enable_if_t<is_half_type<T>()>>
+__device__ __forceinline__ float load_ordered(const T* p) {
+    unsigned short v;
+    asm volatile("ld.global.nc.b16 %0, [%1];" : "=h"(v) : "l"(p));
+    return to_float(half_from_bits<T>(v));
 }
 
 // ---------------------------------------------------------------------------- shared memory

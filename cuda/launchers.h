@@ -6,7 +6,10 @@
 //
 // The contract every launcher trusts (binding.cpp checks it before calling; the launchers
 // do not check it again):
-//   * fp32, row-major / NCHW-contiguous buffers on the current device;
+//   * row-major / NCHW-contiguous buffers on the current device, every tensor argument of one
+//     element type T: float, __half or __nv_bfloat16 (element.cuh: arithmetic in float, the
+//     result rounded to T once, as it is stored); each launcher is a template instantiated
+//     for those three;
 //   * every size is an int: each buffer holds fewer than 2^31 elements, so 32-bit element
 //     offsets inside one buffer are safe;
 //   * the output is not empty: every size is >= 1 (gemm's K may be 0), as the caller
@@ -16,9 +19,25 @@
 //     what a launcher below says it refuses.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 namespace scratchops {
+
+// ------------------------------------------------------------------------- half precision
+// The tensor-core engines have two ways of multiplying: 3xTF32 (fp32-accurate) and the
+// one-product TF32 mode. Every fp16 and bf16 value is a TF32 value (TF32 keeps fp16's 10
+// mantissa bits and bf16's 8 exponent bits), so on half operands the one-product mode is
+// exact in each product and sums in fp32: what a native fp16 / bf16 tensor-core product with
+// fp32 accumulation computes. It is the half types' only mode; `tf32` (torch's TF32 switch)
+// chooses between the two for float alone.
+template <class T>
+constexpr bool tensor_cores_single_product(bool tf32) {
+    return tf32 || !std::is_same<T, float>::value;
+}
 
 // ------------------------------------------------------------ the tensor-core engines
 // The fp32-accurate tensor-core kernels (gemm v5-v9, the implicit-GEMM convolutions, P85 in one
@@ -33,16 +52,19 @@ enum class TensorCorePath : int { kWgmma = 0, kMmaSync = 1 };
 // C[b] = A[b] @ B[b] (+ bias[m] on every row m), for b in [0, batch). Batch strides are in
 // elements (64-bit: the batch as a whole may exceed 2^31 elements only through the pointer
 // arithmetic here).
+template <class T = float>
 struct GemmArgs {
-    const float* A;     // M x K, leading dimension lda, batch stride stride_a (0: one A for all)
-    const float* B;     // K x N, leading dimension ldb, batch stride stride_b (0: one B for all)
-    const float* bias;  // M values, or nullptr
-    float* C;           // M x N, leading dimension ldc, batch stride stride_c
+    const T* A;     // M x K, leading dimension lda, batch stride stride_a (0: one A for all)
+    const T* B;     // K x N, leading dimension ldb, batch stride stride_b (0: one B for all)
+    const T* bias;  // M values, or nullptr
+    T* C;           // M x N, leading dimension ldc, batch stride stride_c
     int M, N, K, lda, ldb, ldc;
     long long stride_a, stride_b, stride_c;
     int batch;
     // TF32: products of operands rounded to TF32 (to nearest), summed in fp32, as cuBLAS
     // computes an fp32 matmul when torch allows TF32; false: fp32 products (v5-v9: 3xTF32).
+    // float only: the half types' products are exact in fp32 on every version (v5-v9:
+    // tensor_cores_single_product).
     bool tf32 = false;
     TensorCorePath engine = TensorCorePath::kWgmma;  // v9's engine
 };
@@ -68,8 +90,10 @@ constexpr int kGemmTensorCoreMinRows = 256;
 // every entry's packed B or `budget` bytes, whichever is smaller, but never less than one
 // entry's. v1-v4 need one only for TF32 (args.tf32): A and B rounded to TF32
 // (tf32_round_launch).
-long long gemm_workspace_bytes(int version, const GemmArgs& args, long long budget);
-cudaError_t gemm_launch(int version, const GemmArgs& args, void* workspace,
+template <class T>
+long long gemm_workspace_bytes(int version, const GemmArgs<T>& args, long long budget);
+template <class T>
+cudaError_t gemm_launch(int version, const GemmArgs<T>& args, void* workspace,
                         long long workspace_bytes, cudaStream_t stream);
 
 // --------------------------------------------------------- conv_im2col.cu
@@ -91,20 +115,24 @@ struct Conv2dGeometry {
 // version: 1 = one thread per element, 2 = one block per row (see conv_im2col.cu).
 constexpr int kIm2colVersions = 2;
 // Returns cudaErrorInvalidValue for a chunk of 2^31 or more elements.
-cudaError_t im2col_launch(int version, const float* x, float* cols, int batch,
+template <class T>
+cudaError_t im2col_launch(int version, const T* x, T* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,
                           cudaStream_t stream);
 // y = conv2d(x, weight) + bias as im2col + gemm (versions 1-4) over chunks of the batch, or of
-// one image's output pixels, whose columns fit a workspace of conv2d_im2col_workspace_floats
-// floats (computed from the budget workspace_bytes; never less than one column of C*kh*kw).
-// conv2d's im2col path uses im2col v2. tf32: the columns and weights rounded to TF32 before
-// the GEMM (the weights' rounded copy takes out_channels * C*kh*kw more workspace floats).
-long long conv2d_im2col_workspace_floats(int batch, int out_channels, const Conv2dGeometry& g,
-                                         long long workspace_bytes, bool tf32);
-cudaError_t conv2d_im2col_launch(const float* x, const float* weight, const float* bias, float* y,
-                                 int batch, int out_channels, const Conv2dGeometry& g,
-                                 int gemm_version, bool tf32, float* workspace,
-                                 long long workspace_floats, cudaStream_t stream);
+// one image's output pixels, whose columns fit a workspace of conv2d_im2col_workspace_elements
+// elements of T (computed from the budget workspace_bytes; never less than one column of
+// C*kh*kw). conv2d's im2col path uses im2col v2. tf32 (float only): the columns and weights
+// rounded to TF32 before the GEMM (the weights' rounded copy takes out_channels * C*kh*kw more
+// workspace elements).
+template <class T>
+long long conv2d_im2col_workspace_elements(int batch, int out_channels, const Conv2dGeometry& g,
+                                           long long workspace_bytes, bool tf32);
+template <class T>
+cudaError_t conv2d_im2col_launch(const T* x, const T* weight, const T* bias, T* y, int batch,
+                                 int out_channels, const Conv2dGeometry& g, int gemm_version,
+                                 bool tf32, T* workspace, long long workspace_elements,
+                                 cudaStream_t stream);
 
 // --------------------------------------------------------------- tf32_round.cu
 // y[i] = x[i] rounded to TF32 (to nearest, ties away from zero), for i < n; y may be x.
@@ -117,22 +145,26 @@ cudaError_t tf32_round_launch(const float* x, float* y, long long n, cudaStream_
 // The weights are first packed (conv2d_implicit_pack into a buffer of
 // conv2d_implicit_packed_bytes, 16-byte aligned); a packed buffer serves any number of
 // launches while the weights do not change. engine: the tensor-core engine (above).
+template <class T = float>
 struct ConvTail {
     enum Kind { kNone = 0, kMinAddMul = 1 };
     int kind;
     float constant;
-    const float* bias;  // kMinAddMul: one value per output channel
+    const T* bias;  // kMinAddMul: one value per output channel
     float factor;
 };
 // tf32: one TF32 product per fp32 product (A and B rounded to nearest), as cuDNN computes
-// when torch allows TF32 (conv2d_uses_tf32 says when scratchops follows it).
+// when torch allows TF32 (conv2d_uses_tf32 says when scratchops follows it); the half types:
+// tensor_cores_single_product. The packed weights are the same bytes for every T.
 long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels);
-cudaError_t conv2d_implicit_pack(const float* weight, int out_channels, const Conv2dGeometry& g,
+template <class T>
+cudaError_t conv2d_implicit_pack(const T* weight, int out_channels, const Conv2dGeometry& g,
                                  void* packed, cudaStream_t stream);
-cudaError_t conv2d_implicit_launch(const float* x, const void* packed, const float* bias,
-                                   float* y, int batch, int out_channels,
-                                   const Conv2dGeometry& g, const ConvTail& tail, bool tf32,
-                                   TensorCorePath engine, cudaStream_t stream);
+template <class T>
+cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias, T* y,
+                                   int batch, int out_channels, const Conv2dGeometry& g,
+                                   const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
+                                   cudaStream_t stream);
 // Whether a convolution whose torch counterpart may use TF32 (torch.backends.cudnn.allow_tf32)
 // computes in TF32: cuDNN chooses per shape, and the rule that agrees with it best over the
 // measured shapes (docs/tf32.md) is a reduction of at least kTf32MinReduction = Cin*kh*kw.
@@ -148,11 +180,12 @@ inline bool conv2d_uses_tf32(const Conv2dGeometry& g) {
 // conv2d_implicit_launch (conv2d_implicit_pack). Covers out_channels <= 64 (divisible by
 // groups), out_h and out_w >= 4; returns cudaErrorInvalidValue otherwise. workspace:
 // conv_gn_pool_workspace_bytes (statistics and window extremes), 16-byte aligned.
+template <class T = float>
 struct GnPoolArgs {
-    const float* conv_bias;  // (Cout) or nullptr
-    const float* gamma;      // group norm weight (Cout) or nullptr
-    const float* beta;       // group norm bias (Cout) or nullptr
-    const float* scale;      // (Cout) or nullptr
+    const T* conv_bias;  // (Cout) or nullptr
+    const T* gamma;      // group norm weight (Cout) or nullptr
+    const T* beta;       // group norm bias (Cout) or nullptr
+    const T* scale;      // (Cout) or nullptr
     int groups;
     float eps, lo, hi;
 };
@@ -166,9 +199,10 @@ long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2d
 // conv2d_implicit_launch's.
 constexpr int kConvGnPoolVersions = 3;
 constexpr int kConvGnPoolCudaCoreVersion = 1;
-cudaError_t conv_gn_pool_launch(int version, const float* x, const float* weight,
-                                const void* packed, const GnPoolArgs& args,
-                                float* y, int batch, int out_channels, const Conv2dGeometry& g,
+template <class T>
+cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const void* packed,
+                                const GnPoolArgs<T>& args, T* y, int batch, int out_channels,
+                                const Conv2dGeometry& g,
                                 bool tf32, TensorCorePath engine, void* workspace,
                                 cudaStream_t stream);
 
@@ -178,18 +212,21 @@ cudaError_t conv_gn_pool_launch(int version, const float* x, const float* weight
 // (1, 0, 1). stats is a workspace of 2 * batch * groups floats (mean, 1/std per group).
 // version: 1 = two-pass statistics, 2 = Welford (see groupnorm.cu).
 constexpr int kGroupNormVersions = 2;
-cudaError_t group_norm_launch(int version, const float* x, float* y, const float* gamma,
-                              const float* beta, const float* scale, float* stats, int batch,
+template <class T>
+cudaError_t group_norm_launch(int version, const T* x, T* y, const T* gamma, const T* beta,
+                              const T* scale, float* stats, int batch,
                               int channels, int plane_size, int groups, float eps,
                               cudaStream_t stream);
 
 // ---------------------------------------------------------------- channelwise.cu
 // Over an (batch, channels, plane_size) tensor: y = x * scale[c].
-cudaError_t scale_launch(const float* x, const float* scale, float* y, int batch, int channels,
+template <class T>
+cudaError_t scale_launch(const T* x, const T* scale, T* y, int batch, int channels,
                          int plane_size, cudaStream_t stream);
 // y = (min(x, constant) + bias[c]) * factor, NaN propagating through the min.
-cudaError_t min_add_mul_launch(const float* x, float constant, const float* bias, float factor,
-                               float* y, int batch, int channels, int plane_size,
+template <class T>
+cudaError_t min_add_mul_launch(const T* x, float constant, const T* bias, float factor,
+                               T* y, int batch, int channels, int plane_size,
                                cudaStream_t stream);
 
 // ----------------------------------------------------------------- pool_clamp.cu
@@ -204,11 +241,13 @@ struct PoolGeometry {
 // plain max pool. version: 1 = a grid shaped like the output, 2 = a flat grid (see
 // pool_clamp.cu).
 constexpr int kMaxPool2dVersions = 2;
-cudaError_t max_pool2d_clamp_launch(int version, const float* x, float* y, int planes,
+template <class T>
+cudaError_t max_pool2d_clamp_launch(int version, const T* x, T* y, int planes,
                                     const PoolGeometry& g, float lo, float hi,
                                     cudaStream_t stream);
 // y = min(max(x, lo), hi) over n contiguous elements.
-cudaError_t clamp_launch(const float* x, float* y, int n, float lo, float hi,
+template <class T>
+cudaError_t clamp_launch(const T* x, T* y, int n, float lo, float hi,
                          cudaStream_t stream);
 
 }  // namespace scratchops

@@ -1,0 +1,74 @@
+// element.cuh — the element types every operator takes, and the one way each is read and
+// written: float (fp32), __half (fp16) and __nv_bfloat16 (bf16). Arithmetic always happens
+// in float, as torch's own kernels do for the half types: a value is widened when it is
+// loaded (exact: every fp16 and bf16 value is a float) and rounded to nearest once, when the
+// result is stored. Statistics, sums and accumulators stay float throughout.
+//
+// The three are instantiated for every launcher (SCRATCHOPS_FOR_EACH_ELEMENT, at the end of
+// each .cu file); launchers.h names the pointers' types.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace scratchops {
+
+// Widening to float, exact for every type.
+__host__ __device__ __forceinline__ float to_float(float v) { return v; }
+__host__ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__host__ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Rounding a float result to the element type: to nearest, ties to even (as torch rounds).
+template <class T>
+__host__ __device__ __forceinline__ T from_float(float v);
+template <>
+__host__ __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__host__ __device__ __forceinline__ __half from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <>
+__host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// Whether T is one of the 16-bit types.
+template <class T>
+constexpr bool is_half_type() { return sizeof(T) == 2; }
+
+// Four consecutive elements as one load or store of 4 * sizeof(T) bytes (16 for float, 8 for
+// the half types): p must be aligned to that (vector_aligned, checked by the launchers).
+template <class T>
+inline bool vector_aligned(const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % (4 * sizeof(T)) == 0;
+}
+__device__ __forceinline__ float4 load4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
+template <class T>
+__device__ __forceinline__ float4 load4(const T* p) {
+    const uint2 bits = *reinterpret_cast<const uint2*>(p);  // 4 halves: 8 bytes
+    const T* h = reinterpret_cast<const T*>(&bits);
+    return make_float4(to_float(h[0]), to_float(h[1]), to_float(h[2]), to_float(h[3]));
+}
+__device__ __forceinline__ void store4(float* p, float4 v) {
+    *reinterpret_cast<float4*>(p) = v;
+}
+template <class T>
+__device__ __forceinline__ void store4(T* p, float4 v) {
+    uint2 bits;
+    T* h = reinterpret_cast<T*>(&bits);
+    h[0] = from_float<T>(v.x);
+    h[1] = from_float<T>(v.y);
+    h[2] = from_float<T>(v.z);
+    h[3] = from_float<T>(v.w);
+    *reinterpret_cast<uint2*>(p) = bits;
+}
+
+}  // namespace scratchops
+
+// X(T) once for each element type: the explicit instantiations of a file's launchers.
+#define SCRATCHOPS_FOR_EACH_ELEMENT(X) X(float) X(__half) X(__nv_bfloat16)
