@@ -6,7 +6,11 @@
 // Versions, one idea each:
 //   v1 per_plane  one block per (n, c) plane: its channel's parameter read once, then streamed
 //
-// How it works: the per-plane kernel of common.cuh, with float4 accesses when aligned.
+// Element types: float, fp16 and bf16 (element.cuh). The arithmetic is in float whatever the
+// type: x and the channel's parameter are widened as they are read, the result rounded to the
+// element type once, as it is stored.
+//
+// How it works: the per-plane kernel of common.cuh, four elements per access when aligned.
 //
 // min_add_mul is P31's epilogue as a pass of its own, one read and one write of the
 // convolution output: ModelNew's "chain" and "im2col" variants run it after conv2d; its
@@ -19,32 +23,42 @@
 namespace scratchops {
 namespace {
 
+template <class T>
 struct ScaleOp {
-    const float* scale;
-    __device__ float prepare(int /*n*/, int c) const { return scale[c]; }
+    const T* scale;
+    __device__ float prepare(int /*n*/, int c) const { return to_float(scale[c]); }
     __device__ float apply(float v, float s) const { return v * s; }
 };
 
+template <class T>
 struct MinAddMulOp {
     float constant, factor;
-    const float* bias;
-    __device__ float prepare(int /*n*/, int c) const { return bias[c]; }
+    const T* bias;
+    __device__ float prepare(int /*n*/, int c) const { return to_float(bias[c]); }
     // nan_min: torch.min(x, tensor(c)) propagates NaN from either side.
     __device__ float apply(float v, float b) const { return (nan_min(v, constant) + b) * factor; }
 };
 
 }  // namespace
 
-cudaError_t scale_launch(const float* x, const float* scale, float* y, int batch, int channels,
+template <class T>
+cudaError_t scale_launch(const T* x, const T* scale, T* y, int batch, int channels,
                          int plane_size, cudaStream_t stream) {
-    return launch_per_plane(x, y, batch, channels, plane_size, ScaleOp{scale}, stream);
+    return launch_per_plane(x, y, batch, channels, plane_size, ScaleOp<T>{scale}, stream);
 }
 
-cudaError_t min_add_mul_launch(const float* x, float constant, const float* bias, float factor,
-                               float* y, int batch, int channels, int plane_size,
-                               cudaStream_t stream) {
+template <class T>
+cudaError_t min_add_mul_launch(const T* x, float constant, const T* bias, float factor, T* y,
+                               int batch, int channels, int plane_size, cudaStream_t stream) {
     return launch_per_plane(x, y, batch, channels, plane_size,
-                            MinAddMulOp{constant, factor, bias}, stream);
+                            MinAddMulOp<T>{constant, factor, bias}, stream);
 }
+
+#define X(T)                                                                                   \
+    template cudaError_t scale_launch<T>(const T*, const T*, T*, int, int, int, cudaStream_t); \
+    template cudaError_t min_add_mul_launch<T>(const T*, float, const T*, float, T*, int, int, \
+                                               int, cudaStream_t);
+SCRATCHOPS_FOR_EACH_ELEMENT(X)
+#undef X
 
 }  // namespace scratchops

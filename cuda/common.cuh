@@ -104,41 +104,52 @@ struct Merge {
 // for views that start inside a storage, so the launchers check before choosing float4.
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-// Per-plane kernel: for every plane (n, c) of an (N, C, S) tensor (S = the product of the
-// spatial sizes), one block computes the plane's constants once with op.prepare(n, c) and
-// then writes y[i] = op.apply(x[i], constants) for every element i of the plane, with
-// float4 accesses when `vectorized` (S % 4 == 0 and both pointers 16-byte aligned, so every
-// plane starts on a 16-byte boundary). Grid: one block per plane (N*C < 2^31).
-template <typename Op>
-__global__ void per_plane_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                 int channels, int plane_size, bool vectorized, Op op) {
+// Four consecutive elements of T, aligned as load4/store4 need them: the unit that the
+// vectorised loops index in. (x4[i] with x4 a pointer to these, not x + 4 * i, keeps the loop's
+// address a fixed stride from a base computed once: the compiler folds x + offset + 4 * i
+// into one 64-bit product per iteration otherwise.)
+template <class T>
+struct alignas(4 * sizeof(T)) FourElements {
+    T e[4];
+};
+
+// Per-plane kernel: for every plane (n, c) of an (N, C, S) tensor of T (S = the product of
+// the spatial sizes), one block computes the plane's constants once with op.prepare(n, c) and
+// then writes y[i] = op.apply(x[i], constants) for every element i of the plane. op works in
+// float (apply(float, constants) -> float): x[i] is widened as it is read and the result
+// rounded to T once, as it is stored (element.cuh). Four elements per access (load4/store4)
+// when `vectorized` (S % 4 == 0 and both pointers vector_aligned<T>, so every plane starts
+// on such a boundary). Grid: one block per plane (N*C < 2^31).
+template <class T, typename Op>
+__global__ void per_plane_kernel(const T* __restrict__ x, T* __restrict__ y, int channels,
+                                 int plane_size, bool vectorized, Op op) {
     const int plane = blockIdx.x;  // = n * channels + c
     const auto constants = op.prepare(plane / channels, plane % channels);
     const int offset = plane * plane_size;  // < N*C*S < 2^31
     if (vectorized) {
-        const float4* x4 = reinterpret_cast<const float4*>(x + offset);
-        float4* y4 = reinterpret_cast<float4*>(y + offset);
+        const auto* x4 = reinterpret_cast<const FourElements<T>*>(x + offset);
+        auto* y4 = reinterpret_cast<FourElements<T>*>(y + offset);
         for (int i = threadIdx.x; i < plane_size / 4; i += blockDim.x) {
-            float4 v = x4[i];
+            float4 v = load4(x4[i].e);
             v.x = op.apply(v.x, constants);
             v.y = op.apply(v.y, constants);
             v.z = op.apply(v.z, constants);
             v.w = op.apply(v.w, constants);
-            y4[i] = v;
+            store4(y4[i].e, v);
         }
     } else {
         for (int i = threadIdx.x; i < plane_size; i += blockDim.x)
-            y[offset + i] = op.apply(x[offset + i], constants);
+            y[offset + i] = from_float<T>(op.apply(to_float(x[offset + i]), constants));
     }
 }
 
 constexpr int kPerPlaneThreads = 256;
 
-template <typename Op>
-cudaError_t launch_per_plane(const float* x, float* y, int batch, int channels, int plane_size,
-                             Op op, cudaStream_t stream) {
+template <class T, typename Op>
+cudaError_t launch_per_plane(const T* x, T* y, int batch, int channels, int plane_size, Op op,
+                             cudaStream_t stream) {
     const int planes = batch * channels;
-    const bool vectorized = plane_size % 4 == 0 && aligned16(x) && aligned16(y);
+    const bool vectorized = plane_size % 4 == 0 && vector_aligned<T>(x) && vector_aligned<T>(y);
     per_plane_kernel<<<planes, kPerPlaneThreads, 0, stream>>>(x, y, channels, plane_size,
                                                               vectorized, op);
     return cudaGetLastError();

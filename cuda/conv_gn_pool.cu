@@ -12,6 +12,43 @@
 
 namespace scratchops {
 
+namespace conv_gn_pool {
+
+// Whether v3's kernel covers the call: the wgmma engine, fp32-accurate products of float
+// operands (3xTF32 alone: the reductions it covers, at most 96 long, are below the TF32 rule's
+// kTf32MinReduction anyway), Cin <= 8 and the halo tile within its shared memory.
+template <class T>
+bool v3_covers(TensorCorePath engine, bool single_product, const Conv2dGeometry& g,
+               const tc::PackedB& layout, const V3Shape& shape) {
+    return std::is_same_v<T, float> && engine == TensorCorePath::kWgmma && !single_product &&
+           g.channels <= 8 && layout.num_kb <= kV3MaxKBlocks &&
+           shape.halo_h * shape.raw_pitch <= kHaloPixels;
+}
+
+// v3's launch: a persistent grid, whose CTAs' warpgroups take a tile each.
+inline cudaError_t launch_v3(const float* x, const uint8_t* packed, const tc::PackedB& layout,
+                             const Params<>& params, const ConvGeometryFast& f,
+                             const BandPixels& wide_bands, const V3Shape& shape, int batch,
+                             cudaStream_t stream) {
+    const int smem = v3_smem_bytes(layout.num_kb);
+    // The limit, once per device: the most any launch asks (common.cuh).
+    static std::atomic<unsigned long long> smem_set_on;
+    const cudaError_t err = once_per_device(smem_set_on, [] {
+        return cudaFuncSetAttribute(conv_gn_pool_v3_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    v3_smem_bytes(kV3MaxKBlocks));
+    });
+    if (err != cudaSuccess) return err;
+    const long long tiles = static_cast<long long>(batch) * wide_bands.tiles_per_image;
+    const long long groups_of_tiles = (tiles + kV3Warpgroups - 1) / kV3Warpgroups;
+    const int ctas = static_cast<int>(groups_of_tiles < sm_count() ? groups_of_tiles : sm_count());
+    conv_gn_pool_v3_kernel<<<ctas, kV3Threads, smem, stream>>>(x, packed, layout, params, f,
+                                                               wide_bands, shape);
+    return cudaGetLastError();
+}
+
+}  // namespace conv_gn_pool
+
 long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
                                        int groups) {
     using namespace conv_gn_pool;
@@ -20,10 +57,11 @@ long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2d
     return 4 * (stats_floats(batch, g, groups) + extremes);
 }
 
-cudaError_t conv_gn_pool_launch(int version, const float* x, const float* weight,
-                                const void* packed, const GnPoolArgs& a, float* y,
-                                int batch, int out_channels, const Conv2dGeometry& g, bool tf32,
-                                TensorCorePath engine, void* workspace, cudaStream_t stream) {
+template <class T>
+cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const void* packed,
+                                const GnPoolArgs<T>& a, T* y, int batch, int out_channels,
+                                const Conv2dGeometry& g, bool tf32, TensorCorePath engine,
+                                void* workspace, cudaStream_t stream) {
     using namespace conv_gn_pool;
     if (batch <= 0) return cudaSuccess;
     if (version < 1 || version > kConvGnPoolVersions || out_channels <= 0 ||
@@ -35,8 +73,8 @@ cudaError_t conv_gn_pool_launch(int version, const float* x, const float* weight
     const BandPixels wide_bands = band_pixels(g, kWideBandCols);
     auto* stats = static_cast<float*>(workspace);
     float* extremes = stats + stats_floats(batch, g, a.groups);
-    const Params params{a.conv_bias, a.gamma, a.scale, stats, extremes, a.groups, g.out_h / kPool,
-                        g.out_w / kPool};
+    const Params<T> params{a.conv_bias, a.gamma,   a.scale,         stats,
+                           extremes,    a.groups, g.out_h / kPool, g.out_w / kPool};
     const tc::PackedB layout = conv_tc::weight_layout(g, out_channels, kBN);
     const long long rows = static_cast<long long>(batch) * bands.tiles_per_image * kTileRows;
     if (rows > kMaxInt32Count) return cudaErrorInvalidValue;
@@ -55,58 +93,51 @@ cudaError_t conv_gn_pool_launch(int version, const float* x, const float* weight
     for (int j = 0; j < kV3MaxTaps && j < shape.taps; ++j)
         shape.tap_offset[j] =
             (j / g.kernel_w) * g.dil_h * shape.halo_w + (j % g.kernel_w) * g.dil_w;
-    // (v3 computes fp32-accurate products only; the reductions it covers, at most 96 long, are
-    // below the TF32 rule's kTf32MinReduction anyway.)
+    // The tensor cores' products: one TF32 product (TF32 mode, and the half types), or three.
+    const bool single_product = tensor_cores_single_product<T>(tf32);
     if (version == kConvGnPoolCudaCoreVersion) {
         err = tf32 ? launch_v1<true>(x, weight, params, g, batch, out_channels, wide_bands,
                                      stream)
                    : launch_v1<false>(x, weight, params, g, batch, out_channels, wide_bands,
                                       stream);
         finalize_bands = wide_bands;
-    } else if (version == 3 && engine == TensorCorePath::kWgmma && !tf32 && g.channels <= 8 &&
-        layout.num_kb <= kV3MaxKBlocks &&
-        shape.halo_h * shape.raw_pitch <= kHaloPixels) {
-        const int smem = v3_smem_bytes(layout.num_kb);
-        // The limit, once per device: the most any launch asks (common.cuh).
-        static std::atomic<unsigned long long> smem_set_on;
-        err = once_per_device(smem_set_on, [] {
-            return cudaFuncSetAttribute(conv_gn_pool_v3_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        v3_smem_bytes(kV3MaxKBlocks));
-        });
-        if (err != cudaSuccess) return err;
-        const long long tiles = static_cast<long long>(batch) * wide_bands.tiles_per_image;
-        // A CTA's warpgroups take a tile each.
-        const long long groups_of_tiles = (tiles + kV3Warpgroups - 1) / kV3Warpgroups;
-        const int ctas = static_cast<int>(
-            groups_of_tiles < sm_count() ? groups_of_tiles : sm_count());
-        conv_gn_pool_v3_kernel<<<ctas, kV3Threads, smem, stream>>>(x, p, layout, params, f,
-                                                                   wide_bands, shape);
+    } else if (version == 3 && v3_covers<T>(engine, single_product, g, layout, shape)) {
+        if constexpr (std::is_same_v<T, float>)
+            err = launch_v3(x, p, layout, params, f, wide_bands, shape, batch, stream);
         finalize_bands = wide_bands;
-        err = cudaGetLastError();
     } else {
-        const StatsAndExtremes epilogue{params, f, bands};
+        const StatsAndExtremes<T> epilogue{params, f, bands};
         auto v2 = [&](auto kTf32) {
             constexpr bool kT = decltype(kTf32)::value;
             return g.channels % 8 == 0
                        ? tensor_core_launch<kBN, kMB, kStages, 1, kT>(
-                             engine, conv_tc::Im2colRows<true, BandPixels>{x, f, bands},
+                             engine, conv_tc::Im2colRows<true, BandPixels, T>{x, f, bands},
                              epilogue, p, layout, static_cast<int>(rows), 1, true, stream)
                        : tensor_core_launch<kBN, kMB, kStages, 1, kT>(
-                             engine, conv_tc::Im2colRows<false, BandPixels>{x, f, bands},
+                             engine, conv_tc::Im2colRows<false, BandPixels, T>{x, f, bands},
                              epilogue, p, layout, static_cast<int>(rows), 1, true, stream);
         };
-        err = tf32 ? v2(std::true_type{}) : v2(std::false_type{});
+        if constexpr (std::is_same_v<T, float>)  // (the half types: the single product alone)
+            if (!single_product) err = v2(std::false_type{});
+        if (single_product) err = v2(std::true_type{});
     }
     if (err != cudaSuccess) return err;
     const int windows = (g.out_h / kPool) * (g.out_w / kPool);
     const FinalizeShape finalize_shape{out_channels / a.groups, g.out_h, g.out_w, windows,
                                        FastDiv(static_cast<uint32_t>(windows))};
     // (a.groups <= out_channels <= kBN: within the grid's y limit.)
-    finalize_kernel<<<dim3(batch, a.groups), kFinalizeThreads, 0, stream>>>(
+    finalize_kernel<T><<<dim3(batch, a.groups), kFinalizeThreads, 0, stream>>>(
         stats, extremes, a.gamma, a.beta, a.scale, y, out_channels, a.groups, finalize_bands,
         finalize_shape, a.eps, a.lo, a.hi);
     return cudaGetLastError();
 }
+
+#define X(T)                                                                                \
+    template cudaError_t conv_gn_pool_launch<T>(int, const T*, const T*, const void*,        \
+                                                const GnPoolArgs<T>&, T*, int, int,          \
+                                                const Conv2dGeometry&, bool, TensorCorePath, \
+                                                void*, cudaStream_t);
+SCRATCHOPS_FOR_EACH_ELEMENT(X)
+#undef X
 
 }  // namespace scratchops

@@ -95,10 +95,12 @@ __device__ __forceinline__ Float* stats_at(Float* tile_stats, const BandPixels& 
                2;
 }
 
+// The per-channel parameters, of the operator's element type T (v3: float alone).
+template <class T = float>
 struct Params {
-    const float* conv_bias;  // (Cout) or nullptr
-    const float* gamma;      // group norm weight (Cout) or nullptr (1)
-    const float* scale;      // (Cout) or nullptr (1)
+    const T* conv_bias;  // (Cout) or nullptr
+    const T* gamma;      // group norm weight (Cout) or nullptr (1)
+    const T* scale;      // (Cout) or nullptr (1)
     float* tile_stats;       // [n][group][tile of the image]{mean, m2}
     float* extremes;         // [n][channel][pool_h][pool_w]
     int groups, pool_h, pool_w;
@@ -106,9 +108,10 @@ struct Params {
 
 // Window extremes are maxima of sign * x, sign = -1 where gamma * scale < 0 (a minimum:
 // min x = -max(-x)), so one max serves both, with no branch.
-__device__ __forceinline__ float extreme_sign(const Params& p, int cout, int co) {
-    const float gam = p.gamma != nullptr && co < cout ? p.gamma[co] : 1.0f;
-    const float sc = p.scale != nullptr && co < cout ? p.scale[co] : 1.0f;
+template <class T>
+__device__ __forceinline__ float extreme_sign(const Params<T>& p, int cout, int co) {
+    const float gam = value_or(p.gamma, co, co < cout, 1.0f);
+    const float sc = value_or(p.scale, co, co < cout, 1.0f);
     return gam * sc < 0.0f ? -1.0f : 1.0f;
 }
 

@@ -14,10 +14,11 @@ struct FinalizeShape {
     FastDiv by_windows;                              // a window's channel: i / windows
 };
 
+template <class T>
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(const float* __restrict__ tile_stats, const float* __restrict__ extremes,
-                    const float* __restrict__ gamma, const float* __restrict__ beta,
-                    const float* __restrict__ scale, float* __restrict__ y, int cout, int groups,
+                    const T* __restrict__ gamma, const T* __restrict__ beta,
+                    const T* __restrict__ scale, T* __restrict__ y, int cout, int groups,
                     BandPixels bands, FinalizeShape shape, float eps, float lo, float hi) {
     const int n = blockIdx.x, group = blockIdx.y, cpg = shape.channels_per_group;
     // The group's channels' windows are contiguous (channel-major, [n][channel][window]): one
@@ -62,9 +63,9 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     __shared__ float4 channel_params[kBN];  // cpg <= cout <= kBN
     for (int c = threadIdx.x; c < cpg; c += kFinalizeThreads) {
         const int co = group * cpg + c;
-        channel_params[c] = make_float4(gamma != nullptr ? gamma[co] : 1.0f,
-                                        beta != nullptr ? beta[co] : 0.0f,
-                                        scale != nullptr ? scale[co] : 1.0f, 0.0f);
+        channel_params[c] = make_float4(value_or(gamma, co, true, 1.0f),
+                                        value_or(beta, co, true, 0.0f),
+                                        value_or(scale, co, true, 1.0f), 0.0f);
     }
     constexpr int kWarps = kFinalizeThreads / 32;
     __shared__ float per_warp[3][kWarps];
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
             if (i >= group_windows) break;
             const float4 gbs = channel_params[shape.by_windows.div(i)];
             const float v = ((extreme[k] - group_mean) * rstd * gbs.x + gbs.y) * gbs.z;
-            y[first + i] = nan_min(nan_max(v, lo), hi);
+            y[first + i] = from_float<T>(nan_min(nan_max(v, lo), hi));
         }
     }
 }

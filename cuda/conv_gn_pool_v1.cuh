@@ -32,10 +32,10 @@ __device__ __forceinline__ float operand(float v) {
     return kTf32 ? __uint_as_float(tf32_nearest(v)) : v;
 }
 
-template <bool kTf32>
+template <bool kTf32, class T>
 __global__ void __launch_bounds__(kV1Threads)
-    conv_gn_pool_v1_kernel(const float* __restrict__ x, const float* __restrict__ weight,
-                           Params p, Conv2dGeometry g, int cout, BandPixels bands) {
+    conv_gn_pool_v1_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                           Params<T> p, Conv2dGeometry g, int cout, BandPixels bands) {
     const int tile = blockIdx.x;
     int n, band, col_block;
     bands.tile(tile, n, band, col_block);
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kV1Threads)
 
     // (1) v[i][j] = conv output (co, oh0 + i, ow0 + j), bias included.
     float v[kPool][kPool];
-    const float bias = p.conv_bias != nullptr && co < cout ? p.conv_bias[co] : 0.0f;
+    const float bias = value_or(p.conv_bias, co, co < cout, 0.0f);
 #pragma unroll
     for (int i = 0; i < kPool; ++i)
 #pragma unroll
@@ -54,11 +54,11 @@ __global__ void __launch_bounds__(kV1Threads)
     if (co < cout) {
         const long long plane = static_cast<long long>(g.height) * g.width;
         for (int ci = 0; ci < g.channels; ++ci) {
-            const float* in = x + (static_cast<long long>(n) * g.channels + ci) * plane;
+            const T* in = x + (static_cast<long long>(n) * g.channels + ci) * plane;
             for (int r = 0; r < g.kernel_h; ++r)
                 for (int s = 0; s < g.kernel_w; ++s) {
                     const float wv = operand<kTf32>(
-                        weight[((co * g.channels + ci) * g.kernel_h + r) * g.kernel_w + s]);
+                        to_float(weight[((co * g.channels + ci) * g.kernel_h + r) * g.kernel_w + s]));
 #pragma unroll
                     for (int i = 0; i < kPool; ++i) {
                         const int ih = (oh0 + i) * g.stride_h - g.pad_h + r * g.dil_h;
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kV1Threads)
                             const bool inside = static_cast<unsigned>(ih) < unsigned(g.height) &&
                                                 static_cast<unsigned>(iw) < unsigned(g.width);
                             if (inside && i < rows && j < cols)
-                                v[i][j] = fmaf(wv, operand<kTf32>(in[ih * g.width + iw]), v[i][j]);
+                                v[i][j] = fmaf(wv, operand<kTf32>(to_float(in[ih * g.width + iw])), v[i][j]);
                         }
                     }
                 }
@@ -128,12 +128,12 @@ __global__ void __launch_bounds__(kV1Threads)
 }
 
 // v1's launch: one block a tile (at most 2^31 - 1 of them: the caller checks).
-template <bool kTf32>
-cudaError_t launch_v1(const float* x, const float* weight, const Params& p,
+template <bool kTf32, class T>
+cudaError_t launch_v1(const T* x, const T* weight, const Params<T>& p,
                       const Conv2dGeometry& g, int batch, int cout, const BandPixels& bands,
                       cudaStream_t stream) {
     const long long tiles = static_cast<long long>(batch) * bands.tiles_per_image;
-    conv_gn_pool_v1_kernel<kTf32><<<static_cast<unsigned>(tiles), kV1Threads, 0, stream>>>(
+    conv_gn_pool_v1_kernel<kTf32, T><<<static_cast<unsigned>(tiles), kV1Threads, 0, stream>>>(
         x, weight, p, g, cout, bands);
     return cudaGetLastError();
 }

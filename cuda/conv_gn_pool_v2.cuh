@@ -7,8 +7,9 @@
 namespace scratchops {
 namespace conv_gn_pool {
 
+template <class T>
 struct StatsAndExtremes {
-    Params p;
+    Params<T> p;
     ConvGeometryFast f;
     BandPixels bands;
 
@@ -24,7 +25,7 @@ struct StatsAndExtremes {
 #pragma unroll
         for (int i = 0; i < kBN / 4; ++i) {
             const int co = 8 * (i / 2) + 2 * t + i % 2;
-            prep.bias[i] = p.conv_bias != nullptr && co < f.cout ? p.conv_bias[co] : 0.0f;
+            prep.bias[i] = value_or(p.conv_bias, co, co < f.cout, 0.0f);
             prep.sign[i] = extreme_sign(p, f.cout, co);
         }
         prep.combine_sign =

@@ -114,7 +114,7 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
 // extremes and statistics (the steps' comments say what each synchronises).
 __global__ void __launch_bounds__(kV3Threads, 1)
     conv_gn_pool_v3_kernel(const float* __restrict__ x, const uint8_t* __restrict__ packed,
-                           tc::PackedB layout, Params p, ConvGeometryFast f, BandPixels bands,
+                           tc::PackedB layout, Params<> p, ConvGeometryFast f, BandPixels bands,
                            V3Shape shape) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int kAcc = kBN / 2;

@@ -31,7 +31,7 @@ struct V3WindowPairs {
     float bias[kPerThread], sign[kPerThread];
     int window, warp, lane;
     __device__ int channel(int j) const { return 8 * (4 * j + warp) + lane % 8; }
-    __device__ V3WindowPairs(const V3Thread& t, const Params& p, int cout)
+    __device__ V3WindowPairs(const V3Thread& t, const Params<>& p, int cout)
         : window(t.lane / 8), warp(t.warp), lane(t.lane) {
 #pragma unroll
         for (int j = 0; j < kPerThread; ++j) {
@@ -68,7 +68,7 @@ __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_
 // for no accuracy gain, the centring being exact either way.)
 template <bool kWhole>
 __device__ __forceinline__ void window_pairs(WarpgroupSmem& my, const V3WindowPairs& pairs,
-                                             const V3TilePlace& at, const Params& p, int cout,
+                                             const V3TilePlace& at, const Params<>& p, int cout,
                                              float* tile_group_stats, int tiles_per_image,
                                              int group_shift) {
     const int w = pairs.window;

@@ -92,7 +92,7 @@ struct V3Thread {
 // column L of k-block kb (tf32x3.cuh); here logical column L holds k = 32 kb + L, so that
 // k-step j is tap j (k = 8 tap + channel). Same k-block, same 128-byte swizzle.
 __device__ __forceinline__ void relay_weights(uint8_t* weights, const uint8_t* packed,
-                                              const tc::PackedB& layout, const Params& p,
+                                              const tc::PackedB& layout, const Params<>& p,
                                               int cout, int tid) {
     const int values = layout.num_kb * 3 * kBN * tc::kBlockK;  // [kb][part][row n][column L]
     // Unrolled so that a thread's global loads are in flight together (run once per CTA,

@@ -16,6 +16,8 @@
 //      page with stride 0, unpredicated. Epilogues: + bias, or P31's
 //      (min(conv + bias, c) + bias2[co]) * factor in the same store. With tf32, the engine's
 //      one-product TF32 mode (what cuDNN computes when torch allows TF32).
+// Element types: float, fp16 and bf16 input, weights and output (element.cuh); a half input
+// runs the one-product mode, exact on half operands (tensor_cores_single_product, launchers.h).
 #include <type_traits>
 
 #include "conv_implicit.cuh"
@@ -24,11 +26,12 @@
 namespace scratchops {
 namespace conv_tc {  // (named: in a build without sm_90a the kernel using it is empty)
 
-// The store: y (N, Cout, OH, OW) = conv + bias, or P31's tail.
+// The store: y (N, Cout, OH, OW) = conv + bias, or P31's tail, rounded once to T.
+template <class T>
 struct ConvStore {
-    float* y;
-    const float* bias;  // may be nullptr
-    ConvTail tail;
+    T* y;
+    const T* bias;  // may be nullptr
+    ConvTail<T> tail;
     ConvGeometryFast f;
     struct Prepared {};
     __device__ Prepared prepare(const TileCoords&) const { return {}; }
@@ -40,7 +43,7 @@ struct ConvStore {
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb) {
             const int row = tc.m0 + tc.template tile_row<MB>(mb, 0);
-            float* out[2];
+            T* out[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int m = row + 8 * h;
@@ -56,9 +59,10 @@ struct ConvStore {
 #pragma unroll
                 for (int i = 0; i < 2 * kGroup; ++i) {
                     const int co = tc.n0 + 8 * (nb0 + i / 2) + 2 * t + i % 2;
-                    add[i] = bias != nullptr && co < f.cout ? bias[co] : 0.0f;
-                    add2[i] = tail.kind == ConvTail::kMinAddMul && co < f.cout ? tail.bias[co]
-                                                                                : 0.0f;
+                    add[i] = bias != nullptr && co < f.cout ? to_float(bias[co]) : 0.0f;
+                    add2[i] = tail.kind == ConvTail<T>::kMinAddMul && co < f.cout
+                                  ? to_float(tail.bias[co])
+                                  : 0.0f;
                 }
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
@@ -67,9 +71,9 @@ struct ConvStore {
                     for (int i = 0; i < 2 * kGroup; ++i) {
                         const int co = tc.n0 + 8 * (nb0 + i / 2) + 2 * t + i % 2;
                         float v = acc[mb][4 * (nb0 + i / 2) + 2 * h + i % 2] + add[i];
-                        if (tail.kind == ConvTail::kMinAddMul)
+                        if (tail.kind == ConvTail<T>::kMinAddMul)
                             v = (nan_min(v, tail.constant) + add2[i]) * tail.factor;
-                        if (co < f.cout) out[h][co * pixels] = v;
+                        if (co < f.cout) out[h][co * pixels] = from_float<T>(v);
                     }
                 }
             }
@@ -98,12 +102,12 @@ constexpr int kGroup = 9, kGroupFrom = 18;
 
 int tile_width(int out_channels) { return out_channels <= kNarrowBN ? kNarrowBN : kWideBN; }
 
-template <int BN, int MB, int STAGES, bool kTf32>
-cudaError_t run(const float* x, const uint8_t* packed, const float* bias, float* y, int batch,
-                int out_channels, const Conv2dGeometry& g, const ConvTail& tail,
+template <int BN, int MB, int STAGES, bool kTf32, class T>
+cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batch,
+                int out_channels, const Conv2dGeometry& g, const ConvTail<T>& tail,
                 TensorCorePath engine, cudaStream_t stream) {
     const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
-    const ConvStore store{y, bias, tail, f};
+    const ConvStore<T> store{y, bias, tail, f};
     const int m = batch * g.out_h * g.out_w;
     const tc::PackedB layout = conv_tc::weight_layout(g, out_channels, BN);
     auto go = [&](auto loader) {
@@ -113,7 +117,9 @@ cudaError_t run(const float* x, const uint8_t* packed, const float* bias, float*
                    : tensor_core_launch<BN, MB, STAGES, 1, kTf32>(engine, loader, store, packed,
                                                                   layout, m, 1, true, stream);
     };
-    return g.channels % 8 == 0 ? go(Im2colRows<true>{x, f}) : go(Im2colRows<false>{x, f});
+    using Pixels = conv_tc::LinearPixels;
+    return g.channels % 8 == 0 ? go(Im2colRows<true, Pixels, T>{x, f})
+                               : go(Im2colRows<false, Pixels, T>{x, f});
 }
 
 }  // namespace
@@ -122,17 +128,19 @@ long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels
     return conv_tc::weight_layout(g, out_channels, tile_width(out_channels)).bytes();
 }
 
-cudaError_t conv2d_implicit_pack(const float* weight, int out_channels, const Conv2dGeometry& g,
+template <class T>
+cudaError_t conv2d_implicit_pack(const T* weight, int out_channels, const Conv2dGeometry& g,
                                  void* packed, cudaStream_t stream) {
     return tile_width(out_channels) == kNarrowBN
                ? conv_tc::pack_weights<kNarrowBN>(weight, out_channels, g, packed, stream)
                : conv_tc::pack_weights<kWideBN>(weight, out_channels, g, packed, stream);
 }
 
-cudaError_t conv2d_implicit_launch(const float* x, const void* packed, const float* bias,
-                                   float* y, int batch, int out_channels,
-                                   const Conv2dGeometry& g, const ConvTail& tail, bool tf32,
-                                   TensorCorePath engine, cudaStream_t stream) {
+template <class T>
+cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias, T* y,
+                                   int batch, int out_channels, const Conv2dGeometry& g,
+                                   const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
+                                   cudaStream_t stream) {
     if (batch <= 0 || out_channels <= 0 || g.out_h <= 0 || g.out_w <= 0) return cudaSuccess;
     const auto* p = static_cast<const uint8_t*>(packed);
     auto go = [&](auto kTf32) {
@@ -142,7 +150,20 @@ cudaError_t conv2d_implicit_launch(const float* x, const void* packed, const flo
         return run<kWideBN, kWideMB, kWideStages, decltype(kTf32)::value>(
             x, p, bias, y, batch, out_channels, g, tail, engine, stream);
     };
-    return tf32 ? go(std::true_type{}) : go(std::false_type{});
+    // (The half types have the single-product mode alone: their 3xTF32 kernels are never built.)
+    if constexpr (std::is_same_v<T, float>)
+        if (!tensor_cores_single_product<T>(tf32)) return go(std::false_type{});
+    return go(std::true_type{});
 }
+
+#define X(T)                                                                                 \
+    template cudaError_t conv2d_implicit_pack<T>(const T*, int, const Conv2dGeometry&, void*, \
+                                                 cudaStream_t);                              \
+    template cudaError_t conv2d_implicit_launch<T>(const T*, const void*, const T*, T*, int,  \
+                                                   int, const Conv2dGeometry&,               \
+                                                   const ConvTail<T>&, bool, TensorCorePath, \
+                                                   cudaStream_t);
+SCRATCHOPS_FOR_EACH_ELEMENT(X)
+#undef X
 
 }  // namespace scratchops

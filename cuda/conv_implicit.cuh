@@ -3,7 +3,8 @@
 // im2col matrix, never written), the weights as the engine's B, and the packed layout.
 // The GEMM: row m = an output pixel (n, oh, ow) in a pixel order, column = output channel,
 // k = tap * cin_pad + ci with tap = r * S + s and cin_pad = Cin rounded up to 8, so that a
-// thread's 8 consecutive k (tf32x3.cuh) are 8 channels at one tap.
+// thread's 8 consecutive k (tf32x3.cuh) are 8 channels at one tap. The input and weights are
+// of the element type T (element.cuh), widened to float as they are read.
 #pragma once
 
 #include "launchers.h"
@@ -14,9 +15,9 @@ namespace conv_tc {
 
 using tc::TileCoords;
 
-// Absent values are read from here (stride 0) instead of being predicated one by one.
-// (Unused in a build without sm_90a, where the kernels are empty.)
-__device__ __attribute__((unused)) const float kZeroPage[1] = {0.0f};
+// Absent values are read from here (stride 0) instead of being predicated one by one: zero bits,
+// +0 in every element type. (Unused in a build without sm_90a, where the kernels are empty.)
+__device__ __attribute__((unused)) const uint32_t kZeroPage[1] = {0u};
 
 struct ConvGeometryFast {
     Conv2dGeometry g;
@@ -38,10 +39,11 @@ struct LinearPixels {
     }
 };
 
-// A's rows (see the top), in the pixel order Pixels. kFullBlocks: Cin % 8 == 0.
-template <bool kFullBlocks, class Pixels = LinearPixels>
+// A's rows (see the top), in the pixel order Pixels, from an input of element type T.
+// kFullBlocks: Cin % 8 == 0.
+template <bool kFullBlocks, class Pixels = LinearPixels, class T = float>
 struct Im2colRows {
-    const float* x;
+    const T* x;
     ConvGeometryFast f;
     Pixels pixels;
     struct Row {
@@ -59,7 +61,7 @@ struct Im2colRows {
     // block's loads need no predicate, and each load's address is one multiply-add (the
     // pointer and the stride are worked out once a k-block, not once a value).
     struct KPtr {
-        const float* q;
+        const T* q;
         int stride, count;
     };
     __device__ Row row(int /*batch*/, int m) const {
@@ -78,7 +80,7 @@ struct Im2colRows {
         const int count = tap < g.kernel_h * g.kernel_w ? min(8, g.channels - c0) : 0;
         return {(c0 * g.height + dh) * g.width + dw, dh, dw, count};
     }
-    __device__ KPtr none() const { return {kZeroPage, 0, 0}; }
+    __device__ KPtr none() const { return {reinterpret_cast<const T*>(kZeroPage), 0, 0}; }
     __device__ KPtr kptr(const Row& row, const KBlock& b) const {
         const int ih = row.ih0 + b.dh, iw = row.iw0 + b.dw;
         const bool inside = ih >= 0 && ih < f.g.height && iw >= 0 && iw < f.g.width;
@@ -87,7 +89,7 @@ struct Im2colRows {
     }
     __device__ float2 fetch2(const KPtr& p, int e) const {
         // (64-bit: a value past count may lie beyond 2^31 elements; its load is predicated off)
-        const float* q = p.q + static_cast<long long>(p.stride) * e;
+        const T* q = p.q + static_cast<long long>(p.stride) * e;
         if (kFullBlocks) return make_float2(load_ordered(q), load_ordered(q + p.stride));
         return make_float2(load_or_zero(q, e < p.count),
                            load_or_zero(q + p.stride, e + 1 < p.count));
@@ -95,13 +97,15 @@ struct Im2colRows {
 };
 
 // B: weight (Cout, Cin, R, S) as the N x K matrix B(co, k), 0 outside.
+template <class T>
 struct ConvWeights {
-    const float* w;
+    const T* w;
     int cout, cin, cin_pad, kernel_h, kernel_w;
     __device__ float operator()(int /*entry*/, int co, int k) const {
         const int tap = k / cin_pad, ci = k - tap * cin_pad;
         if (co >= cout || ci >= cin || tap >= kernel_h * kernel_w) return 0.0f;
-        return w[((co * cin + ci) * kernel_h + tap / kernel_w) * kernel_w + tap % kernel_w];
+        return to_float(
+            w[((co * cin + ci) * kernel_h + tap / kernel_w) * kernel_w + tap % kernel_w]);
     }
 };
 
@@ -124,10 +128,10 @@ inline tc::PackedB weight_layout(const Conv2dGeometry& g, int out_channels, int 
     return tc::packed_b_layout(bn, out_channels, k, 1);
 }
 
-template <int BN>
-cudaError_t pack_weights(const float* weight, int out_channels, const Conv2dGeometry& g,
+template <int BN, class T>
+cudaError_t pack_weights(const T* weight, int out_channels, const Conv2dGeometry& g,
                          void* packed, cudaStream_t stream) {
-    const ConvWeights src{weight, out_channels, g.channels, (g.channels + 7) / 8 * 8, g.kernel_h,
+    const ConvWeights<T> src{weight, out_channels, g.channels, (g.channels + 7) / 8 * 8, g.kernel_h,
                           g.kernel_w};
     return tc::pack_b<BN>(src, static_cast<uint8_t*>(packed),
                               weight_layout(g, out_channels, BN), stream);

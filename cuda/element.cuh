@@ -35,6 +35,13 @@ __host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(floa
     return __float2bfloat16_rn(v);
 }
 
+// values[i] widened where it is given (values not nullptr, `present`), `absent` otherwise: how
+// the kernels read an optional per-channel parameter.
+template <class T>
+__device__ __forceinline__ float value_or(const T* values, int i, bool present, float absent) {
+    return values != nullptr && present ? to_float(values[i]) : absent;
+}
+
 // Whether T is one of the 16-bit types.
 template <class T>
 constexpr bool is_half_type() { return sizeof(T) == 2; }

@@ -6,9 +6,10 @@
 namespace scratchops {
 namespace {
 
-__global__ void gemm_naive_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                                  const float* __restrict__ bias, float* __restrict__ C, int M,
-                                  int N, int K, int lda, int ldb, int ldc, long long stride_a,
+template <class T>
+__global__ void gemm_naive_kernel(const T* __restrict__ A, const T* __restrict__ B,
+                                  const T* __restrict__ bias, T* __restrict__ C, int M, int N,
+                                  int K, int lda, int ldb, int ldc, long long stride_a,
                                   long long stride_b, long long stride_c) {
     A = batch_entry(A, stride_a);
     B = batch_entry(B, stride_b);
@@ -17,14 +18,15 @@ __global__ void gemm_naive_kernel(const float* __restrict__ A, const float* __re
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row >= M || col >= N) return;
     float acc = 0.0f;
-    for (int k = 0; k < K; ++k) acc += A[row * lda + k] * B[k * ldb + col];
-    if (bias != nullptr) acc += bias[row];
-    C[row * ldc + col] = acc;
+    for (int k = 0; k < K; ++k) acc += to_float(A[row * lda + k]) * to_float(B[k * ldb + col]);
+    if (bias != nullptr) acc += to_float(bias[row]);
+    C[row * ldc + col] = from_float<T>(acc);
 }
 
 constexpr int kNaiveBlock = 32;  // 32x32 threads, one output each
 
-cudaError_t launch_v1_naive(const GemmArgs& a, cudaStream_t stream) {
+template <class T>
+cudaError_t launch_v1_naive(const GemmArgs<T>& a, cudaStream_t stream) {
     const dim3 block(kNaiveBlock, kNaiveBlock);
     const dim3 grid((a.N + kNaiveBlock - 1) / kNaiveBlock, (a.M + kNaiveBlock - 1) / kNaiveBlock,
                     a.batch);

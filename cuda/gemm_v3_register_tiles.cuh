@@ -10,7 +10,8 @@ namespace {
 // Block tile BM x BN, k-step BK; each thread owns an 8x8 patch of C split into four 4x4
 // quarters: rows {ty*4 + i} and {BM/2 + ty*4 + i}, columns {tx*4 + j} and {BN/2 + tx*4 + j}
 // (i, j < 4). Splitting into halves makes the 16 threads of a row of the thread grid read
-// 16 consecutive float4 of B_tile (no bank conflicts) instead of float4s 32 bytes apart.
+// 16 consecutive float4 of B_tile (no bank conflicts) instead of float4s 32 bytes apart. The
+// tiles hold float whatever the element type: widened once as they are staged.
 constexpr int kRegBK = 8;
 constexpr int kRegPatch = 8;  // 8x8 outputs per thread
 
@@ -26,11 +27,11 @@ struct RegTileConfig {
                   "tile loads must split evenly over the threads");
 };
 
-template <int BM, int BN>
+template <int BM, int BN, class T>
 __global__ void __launch_bounds__(RegTileConfig<BM, BN>::kThreads)
-    gemm_register_tiles_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                               const float* __restrict__ bias, float* __restrict__ C, int M,
-                               int N, int K, int lda, int ldb, int ldc, long long stride_a,
+    gemm_register_tiles_kernel(const T* __restrict__ A, const T* __restrict__ B,
+                               const T* __restrict__ bias, T* __restrict__ C, int M, int N,
+                               int K, int lda, int ldb, int ldc, long long stride_a,
                                long long stride_b, long long stride_c) {
     using Cfg = RegTileConfig<BM, BN>;
     A = batch_entry(A, stride_a);
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(RegTileConfig<BM, BN>::kThreads)
             const int e = tid + i * Cfg::kThreads;
             const int r = e / kRegBK, k = e % kRegBK;
             const int gr = row0 + r, gk = k0 + k;
-            A_tile[k][r] = (gr < M && gk < K) ? A[gr * lda + gk] : 0.0f;
+            A_tile[k][r] = (gr < M && gk < K) ? to_float(A[gr * lda + gk]) : 0.0f;
         }
         // B tile, BK x BN: element e -> (k, c) = (e / BN, e % BN); a warp reads 32
         // consecutive columns of one row: coalesced.
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(RegTileConfig<BM, BN>::kThreads)
             const int e = tid + i * Cfg::kThreads;
             const int k = e / BN, c = e % BN;
             const int gk = k0 + k, gc = col0 + c;
-            B_tile[k][c] = (gk < K && gc < N) ? B[gk * ldb + gc] : 0.0f;
+            B_tile[k][c] = (gk < K && gc < N) ? to_float(B[gk * ldb + gc]) : 0.0f;
         }
         __syncthreads();
 
@@ -93,17 +94,17 @@ __global__ void __launch_bounds__(RegTileConfig<BM, BN>::kThreads)
     for (int i = 0; i < kRegPatch; ++i) {
         const int row = row0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + (i - 4));
         if (row >= M) continue;
-        const float row_bias = bias != nullptr ? bias[row] : 0.0f;
+        const float row_bias = bias != nullptr ? to_float(bias[row]) : 0.0f;
 #pragma unroll
         for (int j = 0; j < kRegPatch; ++j) {
             const int col = col0 + (j < 4 ? tx * 4 + j : BN / 2 + tx * 4 + (j - 4));
-            if (col < N) C[row * ldc + col] = acc[i][j] + row_bias;
+            if (col < N) C[row * ldc + col] = from_float<T>(acc[i][j] + row_bias);
         }
     }
 }
 
-template <int BM, int BN>
-cudaError_t launch_register_tiles(const GemmArgs& a, cudaStream_t stream) {
+template <int BM, int BN, class T>
+cudaError_t launch_register_tiles(const GemmArgs<T>& a, cudaStream_t stream) {
     const dim3 grid((a.N + BN - 1) / BN, (a.M + BM - 1) / BM, a.batch);
     gemm_register_tiles_kernel<BM, BN><<<grid, RegTileConfig<BM, BN>::kThreads, 0, stream>>>(
         a.A, a.B, a.bias, a.C, a.M, a.N, a.K, a.lda, a.ldb, a.ldc, a.stride_a, a.stride_b,
@@ -111,7 +112,8 @@ cudaError_t launch_register_tiles(const GemmArgs& a, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
-cudaError_t launch_v3_register_tiles(const GemmArgs& a, cudaStream_t stream) {
+template <class T>
+cudaError_t launch_v3_register_tiles(const GemmArgs<T>& a, cudaStream_t stream) {
     // A 64-row block for short problems; the full 128-row block otherwise.
     return a.M <= 64 ? launch_register_tiles<64, 128>(a, stream)
                      : launch_register_tiles<128, 128>(a, stream);

@@ -10,14 +10,16 @@ namespace {
 // Block tile 128 x 128, k-step 8, 256 threads, each an 8x8 patch as in v3 (tx = tid % 16,
 // ty = tid / 16; rows ty*4 + i and 64 + ty*4 + i, columns likewise with tx). Loads: thread t
 // fetches A row t / 2, k (t % 2) * 4 .. + 3 and B row t / 32, columns (t % 32) * 4 .. + 3:
-// one float4 each when in range and aligned, else four predicated scalars (0 outside).
+// one 4-element load each when in range and aligned, else four predicated scalars (0
+// outside), widened to float in registers: the tiles hold float whatever the element type.
 constexpr int kPipeBM = 128, kPipeBN = 128, kPipeBK = 8, kPipeThreads = 256;
 
+template <class T>
 __global__ void __launch_bounds__(kPipeThreads)
-    gemm_pipelined_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                          const float* __restrict__ bias, float* __restrict__ C, int M, int N,
-                          int K, int lda, int ldb, int ldc, long long stride_a,
-                          long long stride_b, long long stride_c, bool a_vec4, bool b_vec4) {
+    gemm_pipelined_kernel(const T* __restrict__ A, const T* __restrict__ B,
+                          const T* __restrict__ bias, T* __restrict__ C, int M, int N, int K,
+                          int lda, int ldb, int ldc, long long stride_a, long long stride_b,
+                          long long stride_c, bool a_vec4, bool b_vec4) {
     A = batch_entry(A, stride_a);
     B = batch_entry(B, stride_b);
     C = batch_entry(C, stride_c);
@@ -79,20 +81,21 @@ __global__ void __launch_bounds__(kPipeThreads)
     for (int i = 0; i < kRegPatch; ++i) {
         const int row = row0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
         if (row >= M) continue;
-        const float row_bias = bias != nullptr ? bias[row] : 0.0f;
+        const float row_bias = bias != nullptr ? to_float(bias[row]) : 0.0f;
 #pragma unroll
         for (int j = 0; j < kRegPatch; ++j) {
             const int col = col0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + (j - 4));
-            if (col < N) C[row * ldc + col] = acc[i][j] + row_bias;
+            if (col < N) C[row * ldc + col] = from_float<T>(acc[i][j] + row_bias);
         }
     }
 }
 
-cudaError_t launch_v4_pipelined(const GemmArgs& a, cudaStream_t stream) {
-    // 16-byte loads need lda (ldb) and the batch stride in multiples of 4 floats and a
-    // 16-byte aligned base.
-    const bool a_vec4 = a.lda % 4 == 0 && a.stride_a % 4 == 0 && aligned16(a.A);
-    const bool b_vec4 = a.ldb % 4 == 0 && a.stride_b % 4 == 0 && aligned16(a.B);
+template <class T>
+cudaError_t launch_v4_pipelined(const GemmArgs<T>& a, cudaStream_t stream) {
+    // 4-element loads need lda (ldb) and the batch stride in multiples of 4 elements and a
+    // base aligned to 4 elements (vector_aligned).
+    const bool a_vec4 = a.lda % 4 == 0 && a.stride_a % 4 == 0 && vector_aligned<T>(a.A);
+    const bool b_vec4 = a.ldb % 4 == 0 && a.stride_b % 4 == 0 && vector_aligned<T>(a.B);
     const dim3 grid((a.N + kPipeBN - 1) / kPipeBN, (a.M + kPipeBM - 1) / kPipeBM, a.batch);
     gemm_pipelined_kernel<<<grid, kPipeThreads, 0, stream>>>(a.A, a.B, a.bias, a.C, a.M, a.N,
                                                              a.K, a.lda, a.ldb, a.ldc,

@@ -22,16 +22,19 @@ INT32_MAX = 2**31 - 1
 # Kernel geometry (kernel size, stride, padding, dilation) is capped so that index arithmetic
 # such as oh*stride + kh*dilation stays far inside 32 bits (binding.cpp: kMaxGeometry).
 GEOMETRY_MAX = 65535
+# The element types every operator takes (cuda/element.cuh), all of a call's tensors one of
+# them: arithmetic in float32, the result rounded once to the inputs' dtype.
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def check_tensor(t, name: str, ndims: Sequence[int], nonzero: Sequence[int] = ()) -> None:
-    """A float32, contiguous tensor of one of the ranks `ndims`, 32-bit indexable, whose
+    """A contiguous tensor of one of DTYPES and of the ranks `ndims`, 32-bit indexable, whose
     dimensions `nonzero` (indices) are not 0 (where torch's counterpart refuses them)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {t.dtype} "
-                        "(scratchops kernels are fp32-only for now)")
+    if t.dtype not in DTYPES:
+        raise TypeError(f"{name} must be float32, float16 or bfloat16, got {t.dtype} "
+                        "(scratchops kernels cover these three)")
     if t.dim() not in ndims:
         ranks = " or ".join(f"{n}-D" for n in ndims)
         raise ValueError(f"{name} must be {ranks}, got a {t.dim()}-D tensor "
@@ -55,6 +58,20 @@ def check_output_size(shape, what: str) -> None:
     if numel > INT32_MAX:
         raise ValueError(f"{what} would have {numel} elements; scratchops kernels index with "
                          f"32-bit integers (at most {INT32_MAX})")
+
+
+def check_same_dtype(**tensors) -> None:
+    """Every given tensor (None skipped) has the first one's dtype: an operator computes in
+    one element type and does not convert its arguments silently."""
+    dtype = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if dtype is None:
+            dtype, first = t.dtype, name
+        elif t.dtype != dtype:
+            raise TypeError(f"{name} is {t.dtype} but {first} is {dtype}: a scratchops "
+                            f"operator takes tensors of one dtype (convert with .to({dtype}))")
 
 
 def check_cuda(**tensors) -> None:

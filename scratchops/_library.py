@@ -12,6 +12,9 @@ and binding.cpp's C++ implementations become the public operators' CUDA kernels,
 runs no Python between the dispatcher and the launcher. (A placeholder cannot install them
 itself: it would remove the kernel that is running.)
 
+Autocast: under torch.autocast("cuda", dtype) each operator follows the policy of its torch
+counterpart (the AUTOCAST table below).
+
 Autograd: every operator is forward-only for now, and says so. Its backward computes each
 input's gradient with the private operator scratchops::_backward_not_implemented, which
 raises NotImplementedError naming the operator when it runs, so .backward() through
@@ -31,6 +34,8 @@ from torch._C import _AutoDispatchBelowAutograd
 from torch._subclasses.fake_tensor import is_fake
 
 from . import _build, _fakes
+from .versions import (CONV2D_ALGORITHMS, DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_GROUP_NORM_VERSION,
+                       DEFAULT_IM2COL_GEMM_VERSION, DEFAULT_MAX_POOL2D_VERSION)
 
 # name -> schema (arguments and result), written only here: binding.cpp's scratchops_cuda
 # operators take the schemas inferred from their C++ signatures (tests/test_library.py checks
@@ -141,9 +146,79 @@ def _no_backward(name: str):
     return backward
 
 
+# ------------------------------------------------------------------------------- autocast
+# Each operator's policy under torch.autocast("cuda", dtype), that of its torch counterpart in
+# torch.amp's op lists:
+#   lower     gemm and conv2d (torch: matmul, conv2d): floating tensors cast to the autocast dtype;
+#   float32   group_norm (torch: group_norm): cast to float32;
+#   promote   the elementwise and pooling operators (torch: no autocast rule, so the
+#             elementwise type promotion of x * scale, x + bias): cast to the widest dtype among
+#             the call's tensors (a single tensor: as it is);
+#   composed  the fused operators run as the chain of the operators above that torch's own
+#             model runs (_composed), each part under its own policy: the convolution in the
+#             autocast dtype, group norm in float32, the result in the dtype torch gives.
+def _cast(args, dtype):
+    return tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                 for a in args)
+
+
+def _widest(args):
+    dtype = None
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            dtype = a.dtype if dtype is None else torch.promote_types(dtype, a.dtype)
+    return dtype
+
+
+_AUTOCAST_OFF = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
+
+
+def _autocast_kernel(name: str, policy: str):
+    op = getattr(OPS, name).default
+
+    def kernel(_keyset, *args):
+        if policy == "composed":  # (each operator of the chain meets autocast itself)
+            return _COMPOSED[name](*args)
+        dtype = (torch.get_autocast_dtype("cuda") if policy == "lower"
+                 else torch.float32 if policy == "float32" else _widest(args))
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_OFF):
+            return op(*_cast(args, dtype))
+
+    kernel.__name__ = f"{name}_autocast"
+    return kernel
+
+
+def _conv2d_min_add_mul_chain(x, weight, conv_bias, stride, padding, dilation, constant, bias,
+                              factor):
+    y = OPS.conv2d(x, weight, conv_bias, stride, padding, dilation,
+                   CONV2D_ALGORITHMS["implicit_gemm"], DEFAULT_CONV_WORKSPACE_BYTES,
+                   DEFAULT_IM2COL_GEMM_VERSION)
+    return OPS.min_add_mul(y, constant, bias, factor)
+
+
+def _conv2d_group_norm_pool_clamp_chain(x, weight, conv_bias, num_groups, gn_weight, gn_bias,
+                                        scale, eps, min, max, version):
+    from ._validate import ONE_PASS_POOL  # (the one-pass operator's window)
+    y = OPS.conv2d(x, weight, conv_bias, [1, 1], [0, 0], [1, 1],
+                   CONV2D_ALGORITHMS["implicit_gemm"], DEFAULT_CONV_WORKSPACE_BYTES,
+                   DEFAULT_IM2COL_GEMM_VERSION)
+    y = OPS.group_norm(y, num_groups, gn_weight, gn_bias, None, eps, DEFAULT_GROUP_NORM_VERSION)
+    if scale is not None:
+        y = OPS.scale(y, scale)
+    window = [ONE_PASS_POOL, ONE_PASS_POOL]
+    return OPS.max_pool2d_clamp(y, window, window, [0, 0], min, max, DEFAULT_MAX_POOL2D_VERSION)
+
+
+_COMPOSED = {"conv2d_min_add_mul": _conv2d_min_add_mul_chain,
+             "conv2d_group_norm_pool_clamp": _conv2d_group_norm_pool_clamp_chain}
+AUTOCAST = {"gemm": "lower", "conv2d": "lower", "group_norm": "float32", "im2col": "promote",
+            "scale": "promote", "min_add_mul": "promote", "max_pool2d_clamp": "promote",
+            "clamp": "promote", **{name: "composed" for name in _COMPOSED}}
+
 for _name, _schema in SCHEMAS.items():
     _LIB.define(_name + _schema)
     _PLACEHOLDERS.impl(_name, _placeholder_cuda_kernel(_name), "CUDA")
     torch.library.register_fake(f"scratchops::{_name}", getattr(_fakes, _name), lib=_LIB)
     torch.library.register_autograd(f"scratchops::{_name}", _no_backward(_name),
                                     setup_context=_save_input_shapes, lib=_LIB)
+    _LIB.impl(_name, _autocast_kernel(_name, AUTOCAST[_name]), "AutocastCUDA", with_keyset=True)

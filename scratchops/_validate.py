@@ -9,7 +9,9 @@ first does what only it does (an unbatched (C, H, W) input viewed as a batch of 
 conv2d's algorithm given by name, clamp bounds that may be None), then calls its `<op>_args`,
 then checks the device (`check_cuda`, last: fake tensors may stand on any device).
 
-Errors: those of scratchops._checks (TypeError for a wrong type, ValueError for a wrong rank,
+Every tensor argument of a call has one dtype (float32, float16 or bfloat16: check_same_dtype,
+after each tensor's own check). Errors: those of scratchops._checks (TypeError for a wrong type or
+dtype, ValueError for a wrong rank,
 shape, layout, value or a size beyond 32-bit indexing) and NotImplementedError for a torch
 feature scratchops does not cover. Empty tensors behave as torch's counterparts: an empty
 result of the right shape where torch gives one, a ValueError where torch refuses (and for
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 from ._checks import (GEOMETRY_MAX, as_float, as_int, as_pair, check_choice,
                       check_cuda, check_output_size, check_per_channel, check_positive_int,
-                      check_tensor, window_output_hw)
+                      check_same_dtype, check_tensor, window_output_hw)
 from .versions import (CONV2D_ALGORITHMS, CONV_GN_POOL_VERSIONS, GEMM_VERSIONS,
                        GROUP_NORM_VERSIONS, IM2COL_GEMM_VERSIONS, IM2COL_VERSIONS,
                        MAX_POOL2D_VERSIONS)
@@ -59,6 +61,7 @@ def gemm_args(a, b, bias, version):
         if bias.shape[0] != m:
             raise ValueError(f"gemm bias must have one value per row of the output "
                              f"(M = {m}), got shape {tuple(bias.shape)}")
+    check_same_dtype(a=a, b=b, bias=bias)
     if a.dim() == 2 and b.dim() == 2:
         shape = (m, n)
     else:
@@ -116,6 +119,7 @@ def conv2d_geometry(x, weight, bias, stride, padding, dilation, groups=1):
         if bias.shape[0] != out_channels:
             raise ValueError(f"bias must have one value per output channel "
                              f"({out_channels}), got shape {tuple(bias.shape)}")
+    check_same_dtype(input=x, weight=weight, bias=bias)
     kernel = (weight.shape[2], weight.shape[3])
     if max(kernel) > GEOMETRY_MAX:
         raise ValueError(f"kernel size {kernel} exceeds {GEOMETRY_MAX}")
@@ -150,6 +154,7 @@ def conv2d_min_add_mul_args(x, weight, conv_bias, stride, padding, dilation, con
                             factor):
     geometry, shape = conv2d_geometry(x, weight, conv_bias, stride, padding, dilation)
     check_per_channel(bias, "bias", shape)
+    check_same_dtype(input=x, bias=bias)
     return (x, weight, conv_bias, *geometry, as_float(constant, "constant"), bias,
             as_float(factor, "factor")), shape
 
@@ -164,6 +169,7 @@ def conv2d_group_norm_pool_clamp_args(x, weight, conv_bias, num_groups, gn_weigh
                                       scale, eps, min, max, version):
     _, conv_shape = conv2d_geometry(x, weight, conv_bias, 1, 0, 1)
     num_groups, eps = group_norm_params(conv_shape, num_groups, gn_weight, gn_bias, scale, eps)
+    check_same_dtype(input=x, gn_weight=gn_weight, gn_bias=gn_bias, scale=scale)
     cout, out_h, out_w = conv_shape[1:]
     if cout > ONE_PASS_MAX_CHANNELS:
         raise NotImplementedError(f"conv2d_group_norm_pool_clamp covers at most "
@@ -203,6 +209,7 @@ def group_norm_args(x, num_groups, weight, bias, scale, eps, version, *, needs_s
         raise ValueError("group_norm_scale needs a scale tensor; use group_norm without one")
     check_tensor(x, "input", range(2, 9))
     num_groups, eps = group_norm_params(x.shape, num_groups, weight, bias, scale, eps)
+    check_same_dtype(input=x, weight=weight, bias=bias, scale=scale)
     version = check_choice(version, "version", GROUP_NORM_VERSIONS)
     return (x, num_groups, weight, bias, scale, eps, version), tuple(x.shape)
 
@@ -210,6 +217,7 @@ def group_norm_args(x, num_groups, weight, bias, scale, eps, version, *, needs_s
 def scale_args(x, scale):
     check_tensor(x, "input", range(2, 9))
     check_per_channel(scale, "scale", x.shape)
+    check_same_dtype(input=x, scale=scale)
     return (x, scale), tuple(x.shape)
 
 
@@ -218,6 +226,7 @@ def min_add_mul_args(x, constant, bias, factor):
     constant = as_float(constant, "constant")
     factor = as_float(factor, "factor")
     check_per_channel(bias, "bias", x.shape)
+    check_same_dtype(input=x, bias=bias)
     return (x, constant, bias, factor), tuple(x.shape)
 
 

@@ -51,17 +51,17 @@ def skip_unless_gemm_version_runs(version):
         pytest.skip("runs on wgmma: needs an sm_90 GPU; scripts/gpu_check.sh runs these on one")
 
 
-def rand(*shape, low=-1.0, high=1.0, device="cuda"):
-    """Fresh uniform random float32 values (the global generator moves on every call)."""
-    return torch.empty(shape, device=device).uniform_(low, high)
+def rand(*shape, low=-1.0, high=1.0, device="cuda", dtype=torch.float32):
+    """Fresh uniform random values (the global generator moves on every call)."""
+    return torch.empty(shape, device=device, dtype=dtype).uniform_(low, high)
 
 
-def poison_next(*shape):
-    """Leave a NaN-filled block of this many floats in torch's caching allocator, so that the
-    next allocation of that size (the kernel's output) starts as NaN and an element the
-    kernel fails to write makes the comparison fail. test_poison_reaches_next_allocation
+def poison_next(*shape, dtype=torch.float32):
+    """Leave a NaN-filled block of this many elements of `dtype` in torch's caching allocator,
+    so that the next allocation of that size (the kernel's output) starts as NaN and an element
+    the kernel fails to write makes the comparison fail. test_poison_reaches_next_allocation
     checks that the allocator hands this block back."""
-    block = torch.full((math.prod(shape),), float("nan"), device="cuda")
+    block = torch.full((math.prod(shape),), float("nan"), device="cuda", dtype=dtype)
     del block
 
 

@@ -24,8 +24,12 @@ W = t(4, 3, 3, 3)
 CASES = [
     # (call, exception, message fragment)
     (lambda: scratchops.conv2d(X, W), ValueError, "must be a CUDA tensor"),
-    (lambda: scratchops.conv2d(X.double(), W), TypeError, "input must be float32"),
-    (lambda: scratchops.conv2d(X, W.half()), TypeError, "weight must be float32"),
+    (lambda: scratchops.conv2d(X.double(), W), TypeError, "input must be float32, float16 or bf"),
+    (lambda: scratchops.conv2d(X, W.half()), TypeError, "weight is torch.float16 but input is "),
+    (lambda: scratchops.conv2d(X.bfloat16(), W.half()), TypeError, "weight is torch.float16 but"),
+    (lambda: scratchops.gemm(t(3, 4).half(), t(4, 5)), TypeError, "b is torch.float32 but a is"),
+    (lambda: scratchops.group_norm(X.half(), 1, t(3)), TypeError, "weight is torch.float32 but"),
+    (lambda: scratchops.clamp(X.int(), 0, 1), TypeError, "input must be float32, float16 or"),
     (lambda: scratchops.conv2d([1.0], W), TypeError, "input must be a torch.Tensor"),
     (lambda: scratchops.conv2d(t(3, 8), W), ValueError, "input must be 3-D or 4-D"),
     (lambda: scratchops.conv2d(X, t(4, 3, 3)), ValueError, "weight must be 4-D"),
@@ -92,7 +96,7 @@ CASES = [
      "scale must have shape (3,) or (3, 1, 1)"),
     (lambda: scratchops.group_norm_scale(X, 3, None, None, None), ValueError, "needs a scale"),
     (lambda: scratchops.scale(X, t(3, 1)), ValueError, "scale must have shape"),
-    (lambda: scratchops.scale(X, t(3, 1, 1).double()), TypeError, "scale must be float32"),
+    (lambda: scratchops.scale(X, t(3, 1, 1).double()), TypeError, "scale must be float32, float"),
     (lambda: scratchops.max_pool2d(X, 9), ValueError, "output would be empty"),
     (lambda: scratchops.max_pool2d(X, 2, padding=2), ValueError, "at most half the kernel"),
     (lambda: scratchops.max_pool2d(X, 2, dilation=2), NotImplementedError, "dilation=1"),

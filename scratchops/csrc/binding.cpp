@@ -71,16 +71,24 @@ float f32(double v) { return static_cast<float>(v); }
 // extension's own copy of libstdc++'s number formatting met torch's stream; seen in cuda-gdb).
 #define SCRATCHOPS_ARG(cond, ...) TORCH_CHECK_VALUE(cond, "scratchops: ", __VA_ARGS__)
 
-// A contiguous float32 CUDA tensor of rank in [min_dim, max_dim], 32-bit addressable, on the
-// device of `like` when given, with no zero-size dimension among the bits of `nonzero`
-// (bit d: dimension d).
+// The element types (launchers.h): float32, float16, bfloat16.
+bool element_type(const Tensor& t) {
+    const at::ScalarType type = t.scalar_type();
+    return type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
+}
+
+// A contiguous CUDA tensor of an element type, of rank in [min_dim, max_dim], 32-bit
+// addressable, on the device and of the dtype of `like` when given, with no zero-size
+// dimension among the bits of `nonzero` (bit d: dimension d).
 void check_tensor(const Tensor& t, const char* name, int64_t min_dim, int64_t max_dim,
                   const Tensor* like = nullptr, unsigned nonzero = 0) {
     SCRATCHOPS_ARG(t.is_cuda() && (like == nullptr || t.device() == like->device()), name,
                    " must be a CUDA tensor on the input's device");
-    SCRATCHOPS_ARG(t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() >= min_dim &&
-                       t.dim() <= max_dim && t.numel() <= kMaxElements,
-                   name, " must be a contiguous float32 tensor of the operator's rank, with at "
+    SCRATCHOPS_ARG(element_type(t) && (like == nullptr || t.scalar_type() == like->scalar_type()),
+                   name, " must be float32, float16 or bfloat16, the input's dtype");
+    SCRATCHOPS_ARG(t.is_contiguous() && t.dim() >= min_dim && t.dim() <= max_dim &&
+                       t.numel() <= kMaxElements,
+                   name, " must be a contiguous tensor of the operator's rank, with at "
                    "most 2^31-1 elements");
     for (int64_t d = 0; d < t.dim() && d < 32; ++d)
         SCRATCHOPS_ARG(!(nonzero >> d & 1u) || t.size(d) != 0, name, " has a zero-size dimension");
@@ -88,16 +96,39 @@ void check_tensor(const Tensor& t, const char* name, int64_t min_dim, int64_t ma
 constexpr unsigned kAllButBatch = 0b1110, kAll = 0b1111;
 
 // A per-channel parameter of `channels` values for an input of `x_dims` dimensions: shape
-// (C,), or (C, 1, ..., 1) with x_dims - 2 ones unless exact_1d; nullptr when absent.
-const float* per_channel(const OptTensor& p, const Tensor& x, const char* name, int64_t channels,
-                         int64_t x_dims, bool exact_1d = false) {
-    if (!p.has_value()) return nullptr;
+// (C,), or (C, 1, ..., 1) with x_dims - 2 ones unless exact_1d; or absent.
+void check_per_channel(const OptTensor& p, const Tensor& x, const char* name, int64_t channels,
+                       int64_t x_dims, bool exact_1d = false) {
+    if (!p.has_value()) return;
     check_tensor(*p, name, 1, 8, &x);
     bool shaped = p->size(0) == channels &&
                   (p->dim() == 1 || (!exact_1d && x_dims > 2 && p->dim() == x_dims - 1));
     for (int64_t d = 1; shaped && d < p->dim(); ++d) shaped = p->size(d) == 1;
     SCRATCHOPS_ARG(shaped, name, " must hold one value per channel");
-    return p->data_ptr<float>();
+}
+
+// ------------------------------------------------------------------------ element types
+// f(Element<T>{}) with T the launchers' name of x's element type (checked by check_tensor):
+// float, __half or __nv_bfloat16, whose bits are torch's float, at::Half and at::BFloat16.
+template <class T>
+struct Element {
+    using type = T;
+};
+template <class F>
+decltype(auto) with_element_type(const Tensor& x, F&& f) {
+    switch (x.scalar_type()) {
+        case at::kHalf: return f(Element<__half>{});
+        case at::kBFloat16: return f(Element<__nv_bfloat16>{});
+        default: return f(Element<float>{});
+    }
+}
+template <class T>
+const T* data(const Tensor& t) {
+    return static_cast<const T*>(t.const_data_ptr());
+}
+template <class T>
+const T* data(const OptTensor& t) {  // nullptr when absent
+    return t.has_value() ? data<T>(*t) : nullptr;
 }
 
 
@@ -216,15 +247,19 @@ bool matmul_tf32_allowed() { return at::globalContext().allowTF32CuBLAS(); }
 // device, which launch(output, stream) fills on x's current stream unless it is empty. A
 // workspace the launch allocates may be freed when it returns: the caching allocator hands it
 // out again only in that stream's order. A failed launch raises, naming `what`.
-template <typename T = float, typename Launch>
+// The output has x's dtype; launch(Element<T>, T* output, stream) with T its element type.
+template <typename Launch>
 Tensor launch_into(const Tensor& x, IntArrayRef shape, const char* what, Launch&& launch) {
     SCRATCHOPS_ARG(c10::multiply_integers(shape) <= kMaxElements, "the ", what,
                    " output would have more than 2^31-1 elements (32-bit indexing)");
     c10::cuda::CUDAGuard guard(x.device());
-    Tensor y = at::empty(shape, x.options().dtype(c10::CppTypeToScalarType<T>::value));
+    Tensor y = at::empty(shape, x.options());
     if (y.numel() == 0) return y;
-    const cudaError_t err =
-        launch(y.data_ptr<T>(), c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    const cudaError_t err = with_element_type(x, [&](auto element) {
+        using T = typename decltype(element)::type;
+        return launch(element, static_cast<T*>(y.data_ptr()), stream);
+    });
     TORCH_CHECK(err == cudaSuccess, "scratchops: ", what, " failed: ", cudaGetErrorString(err));
     return y;
 }
@@ -258,9 +293,11 @@ Tensor im2col_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayRef dilatio
     check_choice(version, kIm2colVersions, "version");
     const int64_t taps = int64_t{g.channels} * g.kernel_h * g.kernel_w;
     const int64_t pixels = int64_t{g.out_h} * g.out_w;
-    return launch_into(x, {x.size(0), taps, pixels}, "im2col", [&](float* cols, cudaStream_t s) {
-        return im2col_launch(i32(version), x.data_ptr<float>(), cols, i32(x.size(0)), g, 0,
-                             i32(pixels), s);
+    return launch_into(x, {x.size(0), taps, pixels}, "im2col", [&](auto e, auto* cols,
+                                                                    cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        return im2col_launch<T>(i32(version), data<T>(x), cols, i32(x.size(0)), g, 0,
+                                i32(pixels), s);
     });
 }
 
@@ -286,12 +323,11 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias,
     const int batch = i32(a.dim() == 3 ? a.size(0) : (b.dim() == 3 ? b.size(0) : 1));
     std::vector<int64_t> shape{M, N};
     if (a.dim() == 3 || b.dim() == 3) shape.insert(shape.begin(), batch);
-    GemmArgs args{a.data_ptr<float>(), b.data_ptr<float>(),
-                  bias.has_value() ? bias->data_ptr<float>() : nullptr, nullptr, i32(M), i32(N),
-                  i32(K), i32(K), i32(N), i32(N), a.dim() == 3 ? M * K : 0,
-                  b.dim() == 3 ? K * N : 0, M * N, batch, matmul_tf32_allowed()};
-    return launch_into(a, shape, "gemm", [&](float* c, cudaStream_t s) {
-        args.C = c;
+    return launch_into(a, shape, "gemm", [&](auto e, auto* c, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        GemmArgs<T> args{data<T>(a), data<T>(b), data<T>(bias), c, i32(M), i32(N), i32(K), i32(K),
+                         i32(N), i32(N), a.dim() == 3 ? M * K : 0, b.dim() == 3 ? K * N : 0,
+                         M * N, batch, std::is_same_v<T, float> && matmul_tf32_allowed()};
         if (version >= kGemmFirstTensorCoreVersion && K > 0)
             args.engine = gemm_engine(a, i32(version));
         const long long bytes = gemm_workspace_bytes(i32(version), args, kGemmWorkspaceBudget);
@@ -302,9 +338,8 @@ Tensor gemm_cuda(const Tensor& a, const Tensor& b, const OptTensor& bias,
 
 // ------------------------------------------------------------------------------ conv2d
 // What every convolution shares: x, weight and bias checked, the window and the output shape,
-// and whether it computes in TF32 (torch's switch and conv2d_uses_tf32).
+// and whether it computes in TF32 (float alone: torch's switch and conv2d_uses_tf32).
 struct Conv {
-    const float *x, *bias;
     int batch, cout;
     Conv2dGeometry g;
     std::vector<int64_t> shape;  // (N, Cout, out_h, out_w)
@@ -316,11 +351,11 @@ Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     check_tensor(x, "input", 4, 4, nullptr, kAllButBatch);
     check_tensor(weight, "weight", 4, 4, &x, kAll);
     SCRATCHOPS_ARG(weight.size(1) == x.size(1), "weight and input channels differ");
-    const float* b = per_channel(bias, x, "bias", weight.size(0), 2);
+    check_per_channel(bias, x, "bias", weight.size(0), 2);
     const Conv2dGeometry g = window(x, weight.sizes().slice(2), stride, padding, dilation);
-    return {x.data_ptr<float>(), b, i32(x.size(0)), i32(weight.size(0)), g,
+    return {i32(x.size(0)), i32(weight.size(0)), g,
             {x.size(0), weight.size(0), g.out_h, g.out_w},
-            conv_tf32_allowed() && conv2d_uses_tf32(g)};
+            x.scalar_type() == at::kFloat && conv_tf32_allowed() && conv2d_uses_tf32(g)};
 }
 
 // The weights packed for the tensor cores now, in a workspace of this call (packing every
@@ -330,11 +365,12 @@ struct PackedWeights {
     at::DataPtr packed;
     TensorCorePath engine = TensorCorePath::kWgmma;
 };
+template <class T>
 PackedWeights packed_weights(const Tensor& w, const Conv2dGeometry& g) {
     const TensorCorePath engine = tensor_core_engine(w, "this convolution");
     at::DataPtr packed = workspace(conv2d_implicit_packed_bytes(g, i32(w.size(0))));
     const cudaError_t err = conv2d_implicit_pack(
-        w.data_ptr<float>(), i32(w.size(0)), g, packed.get(),
+        data<T>(w), i32(w.size(0)), g, packed.get(),
         c10::cuda::getCurrentCUDAStream(w.device().index()).stream());
     TORCH_CHECK(err == cudaSuccess, "scratchops: weight packing failed: ", cudaGetErrorString(err));
     return {std::move(packed), engine};
@@ -348,19 +384,21 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     SCRATCHOPS_ARG(algorithm == 0 || algorithm == 1, "algorithm must be 0 or 1");
     SCRATCHOPS_ARG(workspace_bytes > 0, "workspace_bytes must be positive");
     check_choice(gemm_version, kGemmFirstTensorCoreVersion - 1, "gemm_version");  // CUDA cores
-    return launch_into(x, c.shape, "conv2d", [&](float* y, cudaStream_t s) {
+    return launch_into(x, c.shape, "conv2d", [&](auto e, auto* y, cudaStream_t s) {
+        using T = typename decltype(e)::type;
         if (algorithm == 1) {
-            const PackedWeights w = packed_weights(weight, c.g);
-            return conv2d_implicit_launch(c.x, w.packed.get(), c.bias, y, c.batch, c.cout, c.g,
-                                          ConvTail{ConvTail::kNone, 0.0f, nullptr, 1.0f}, c.tf32,
-                                          w.engine, s);
+            const PackedWeights w = packed_weights<T>(weight, c.g);
+            return conv2d_implicit_launch<T>(data<T>(x), w.packed.get(), data<T>(bias), y,
+                                             c.batch, c.cout, c.g,
+                                             ConvTail<T>{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f},
+                                             c.tf32, w.engine, s);
         }
-        const long long floats =
-            conv2d_im2col_workspace_floats(c.batch, c.cout, c.g, workspace_bytes, c.tf32);
-        const at::DataPtr cols = workspace(floats * static_cast<long long>(sizeof(float)));
-        return conv2d_im2col_launch(c.x, weight.data_ptr<float>(), c.bias, y, c.batch, c.cout,
-                                    c.g, i32(gemm_version), c.tf32, static_cast<float*>(cols.get()),
-                                    floats, s);
+        const long long elements =
+            conv2d_im2col_workspace_elements<T>(c.batch, c.cout, c.g, workspace_bytes, c.tf32);
+        const at::DataPtr cols = workspace(elements * static_cast<long long>(sizeof(T)));
+        return conv2d_im2col_launch<T>(data<T>(x), data<T>(weight), data<T>(bias), y, c.batch,
+                                       c.cout, c.g, i32(gemm_version), c.tf32,
+                                       static_cast<T*>(cols.get()), elements, s);
     });
 }
 
@@ -369,12 +407,14 @@ Tensor conv2d_min_add_mul_cuda(const Tensor& x, const Tensor& weight, const OptT
                                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                double constant, const Tensor& bias, double factor) {
     const Conv c = conv_setup(x, weight, conv_bias, stride, padding, dilation);
-    const ConvTail tail{ConvTail::kMinAddMul, f32(constant),
-                        per_channel(bias, x, "bias", c.cout, 4), f32(factor)};
-    return launch_into(x, c.shape, "conv2d_min_add_mul", [&](float* y, cudaStream_t s) {
-        const PackedWeights w = packed_weights(weight, c.g);
-        return conv2d_implicit_launch(c.x, w.packed.get(), c.bias, y, c.batch, c.cout, c.g, tail,
-                                      c.tf32, w.engine, s);
+    check_per_channel(bias, x, "bias", c.cout, 4);
+    return launch_into(x, c.shape, "conv2d_min_add_mul", [&](auto e, auto* y, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        const ConvTail<T> tail{ConvTail<T>::kMinAddMul, f32(constant), data<T>(bias),
+                               f32(factor)};
+        const PackedWeights w = packed_weights<T>(weight, c.g);
+        return conv2d_implicit_launch<T>(data<T>(x), w.packed.get(), data<T>(conv_bias), y,
+                                         c.batch, c.cout, c.g, tail, c.tf32, w.engine, s);
     });
 }
 
@@ -393,38 +433,40 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
     const int64_t one[] = {1, 1}, zero[] = {0, 0};
     const Conv c = conv_setup(x, weight, conv_bias, one, zero, one);
     check_groups(num_groups, c.cout, eps);
-    const GnPoolArgs a{c.bias, per_channel(gn_weight, x, "gn_weight", c.cout, 4, true),
-                       per_channel(gn_bias, x, "gn_bias", c.cout, 4, true),
-                       per_channel(scale, x, "scale", c.cout, 4), i32(num_groups), f32(eps),
-                       f32(min), f32(max)};
+    check_per_channel(gn_weight, x, "gn_weight", c.cout, 4, true);
+    check_per_channel(gn_bias, x, "gn_bias", c.cout, 4, true);
+    check_per_channel(scale, x, "scale", c.cout, 4);
     TORCH_CHECK_NOT_IMPLEMENTED(c.cout <= kOnePassMaxChannels, "scratchops: "
                                 "conv2d_group_norm_pool_clamp covers fewer output channels");
     SCRATCHOPS_ARG(c.g.out_h >= kOnePassPool && c.g.out_w >= kOnePassPool,
                    "the convolution output is smaller than the pooling window");
     check_choice(version, kConvGnPoolVersions, "version");
     return launch_into(x, {x.size(0), c.cout, c.g.out_h / kOnePassPool, c.g.out_w / kOnePassPool},
-                       "conv2d_group_norm_pool_clamp", [&](float* y, cudaStream_t s) {
+                       "conv2d_group_norm_pool_clamp", [&](auto e, auto* y, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        const GnPoolArgs<T> a{data<T>(conv_bias), data<T>(gn_weight), data<T>(gn_bias),
+                              data<T>(scale),     i32(num_groups),    f32(eps),
+                              f32(min),           f32(max)};
         // (Version 1 runs on the CUDA cores from the weights as they are; the others pack
         // them for the tensor cores, which the device must have.)
         const PackedWeights w = version == kConvGnPoolCudaCoreVersion
                                     ? PackedWeights{}
-                                    : packed_weights(weight, c.g);
+                                    : packed_weights<T>(weight, c.g);
         const at::DataPtr ws =
             workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups));
-        return conv_gn_pool_launch(i32(version), c.x, weight.data_ptr<float>(), w.packed.get(),
-                                   a, y, c.batch, c.cout, c.g, c.tf32, w.engine, ws.get(), s);
+        return conv_gn_pool_launch<T>(i32(version), data<T>(x), data<T>(weight), w.packed.get(),
+                                      a, y, c.batch, c.cout, c.g, c.tf32, w.engine, ws.get(), s);
     });
 }
 
 // ---------------------------------------------------- per-channel ops on (N, C, *) tensors
 struct Planes {
-    const float* x;
     int batch, channels, size;  // size: the elements of one (n, c) plane
 };
 Planes planes(const Tensor& x) {
     check_tensor(x, "input", 2, 8);
     const int64_t nc = x.size(0) * x.size(1);
-    return {x.data_ptr<float>(), i32(x.size(0)), i32(x.size(1)), i32(nc ? x.numel() / nc : 0)};
+    return {i32(x.size(0)), i32(x.size(1)), i32(nc ? x.numel() / nc : 0)};
 }
 
 Tensor group_norm_cuda(const Tensor& x, int64_t num_groups, const OptTensor& weight,
@@ -433,32 +475,37 @@ Tensor group_norm_cuda(const Tensor& x, int64_t num_groups, const OptTensor& wei
     const Planes p = planes(x);
     // Channel c of sample n reads the statistics of group n * groups + c / (C / groups).
     check_groups(num_groups, p.channels, eps);
-    const float* gamma = per_channel(weight, x, "weight", p.channels, x.dim(), true);
-    const float* beta = per_channel(bias, x, "bias", p.channels, x.dim(), true);
-    const float* s = per_channel(scale, x, "scale", p.channels, x.dim());
+    check_per_channel(weight, x, "weight", p.channels, x.dim(), true);
+    check_per_channel(bias, x, "bias", p.channels, x.dim(), true);
+    check_per_channel(scale, x, "scale", p.channels, x.dim());
     check_choice(version, kGroupNormVersions, "version");
-    return launch_into(x, x.sizes(), "group_norm", [&](float* y, cudaStream_t stream) {
-        const at::DataPtr stats =  // mean, 1/std
+    return launch_into(x, x.sizes(), "group_norm", [&](auto e, auto* y, cudaStream_t stream) {
+        using T = typename decltype(e)::type;
+        const at::DataPtr stats =  // mean, 1/std (float whatever T)
             workspace(2 * p.batch * num_groups * static_cast<long long>(sizeof(float)));
-        return group_norm_launch(i32(version), p.x, y, gamma, beta, s, static_cast<float*>(stats.get()),
-                                 p.batch, p.channels, p.size, i32(num_groups), f32(eps), stream);
+        return group_norm_launch<T>(i32(version), data<T>(x), y, data<T>(weight), data<T>(bias),
+                                    data<T>(scale), static_cast<float*>(stats.get()), p.batch,
+                                    p.channels, p.size, i32(num_groups), f32(eps), stream);
     });
 }
 
 Tensor scale_cuda(const Tensor& x, const Tensor& scale) {
     const Planes p = planes(x);
-    const float* s = per_channel(scale, x, "scale", p.channels, x.dim());
-    return launch_into(x, x.sizes(), "scale", [&](float* y, cudaStream_t stream) {
-        return scale_launch(p.x, s, y, p.batch, p.channels, p.size, stream);
+    check_per_channel(scale, x, "scale", p.channels, x.dim());
+    return launch_into(x, x.sizes(), "scale", [&](auto e, auto* y, cudaStream_t stream) {
+        using T = typename decltype(e)::type;
+        return scale_launch<T>(data<T>(x), data<T>(scale), y, p.batch, p.channels, p.size,
+                               stream);
     });
 }
 
 Tensor min_add_mul_cuda(const Tensor& x, double constant, const Tensor& bias, double factor) {
     const Planes p = planes(x);
-    const float* b = per_channel(bias, x, "bias", p.channels, x.dim());
-    return launch_into(x, x.sizes(), "min_add_mul", [&](float* y, cudaStream_t stream) {
-        return min_add_mul_launch(p.x, f32(constant), b, f32(factor), y, p.batch, p.channels,
-                                  p.size, stream);
+    check_per_channel(bias, x, "bias", p.channels, x.dim());
+    return launch_into(x, x.sizes(), "min_add_mul", [&](auto e, auto* y, cudaStream_t stream) {
+        using T = typename decltype(e)::type;
+        return min_add_mul_launch<T>(data<T>(x), f32(constant), data<T>(bias), f32(factor), y,
+                                     p.batch, p.channels, p.size, stream);
     });
 }
 
@@ -474,16 +521,18 @@ Tensor max_pool2d_clamp_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayR
     const PoolGeometry g{w.height, w.width, w.kernel_h, w.kernel_w, w.stride_h,
                          w.stride_w, w.pad_h, w.pad_w, w.out_h, w.out_w};
     return launch_into(x, {x.size(0), x.size(1), g.out_h, g.out_w}, "max_pool2d_clamp",
-                       [&](float* y, cudaStream_t s) {
-        return max_pool2d_clamp_launch(i32(version), x.data_ptr<float>(), y,
-                                       i32(x.size(0) * x.size(1)), g, f32(min), f32(max), s);
+                       [&](auto e, auto* y, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        return max_pool2d_clamp_launch<T>(i32(version), data<T>(x), y,
+                                          i32(x.size(0) * x.size(1)), g, f32(min), f32(max), s);
     });
 }
 
 Tensor clamp_cuda(const Tensor& x, double min, double max) {
     check_tensor(x, "input", 0, 64);
-    return launch_into(x, x.sizes(), "clamp", [&](float* y, cudaStream_t s) {
-        return clamp_launch(x.data_ptr<float>(), y, i32(x.numel()), f32(min), f32(max), s);
+    return launch_into(x, x.sizes(), "clamp", [&](auto e, auto* y, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        return clamp_launch<T>(data<T>(x), y, i32(x.numel()), f32(min), f32(max), s);
     });
 }
 

@@ -14,6 +14,13 @@ import torch
 
 # KernelBench's tolerance: allclose(atol, rtol) against torch fp32.
 ATOL = RTOL = 1e-4
+# KernelBench's tolerance in fp16 and bf16 (atol = rtol), against torch in the same dtype.
+HALF_TOL = 1e-2
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    """KernelBench's atol = rtol for results in `dtype`."""
+    return ATOL if dtype == torch.float32 else HALF_TOL
 
 
 def compare(out: torch.Tensor, expected: torch.Tensor) -> tuple[bool, float | None, str]:
@@ -21,8 +28,9 @@ def compare(out: torch.Tensor, expected: torch.Tensor) -> tuple[bool, float | No
     if out.shape != expected.shape or out.dtype != expected.dtype:
         return False, None, (f"output {tuple(out.shape)} {out.dtype} differs from torch's "
                              f"{tuple(expected.shape)} {expected.dtype}")
-    max_err = (out - expected).abs().max().item()
-    ok = torch.allclose(out, expected, atol=ATOL, rtol=RTOL)
+    max_err = (out.float() - expected.float()).abs().max().item()
+    tol = tolerance(out.dtype)
+    ok = torch.allclose(out, expected, atol=tol, rtol=tol)
     if not math.isfinite(max_err):
         return False, None, "output has NaN or Inf"
     return ok, max_err, ""
