@@ -35,8 +35,11 @@ struct MinAddMulOp {
     float constant, factor;
     const T* bias;
     __device__ float prepare(int /*n*/, int c) const { return to_float(bias[c]); }
-    // nan_min: torch.min(x, tensor(c)) propagates NaN from either side.
-    __device__ float apply(float v, float b) const { return (nan_min(v, constant) + b) * factor; }
+    // nan_min: torch.min(x, tensor(c)) propagates NaN from either side. torch rounds c and the
+    // sum to T (element.cuh: rounded); the product is the store's one rounding.
+    __device__ float apply(float v, float b) const {
+        return rounded<T>(nan_min(v, rounded<T>(constant)) + b) * factor;
+    }
 };
 
 }  // namespace

@@ -103,7 +103,10 @@ __global__ void __launch_bounds__(kFinalizeThreads)
             const int i = start + k * kFinalizeThreads;
             if (i >= group_windows) break;
             const float4 gbs = channel_params[shape.by_windows.div(i)];
-            const float v = ((extreme[k] - group_mean) * rstd * gbs.x + gbs.y) * gbs.z;
+            // (The group norm's result rounded to T before the scale, as torch's group_norm
+            // then * scale: element.cuh.)
+            const float v =
+                rounded<T>((extreme[k] - group_mean) * rstd * gbs.x + gbs.y) * gbs.z;
             y[first + i] = from_float<T>(nan_min(nan_max(v, lo), hi));
         }
     }

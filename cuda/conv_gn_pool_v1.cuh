@@ -77,7 +77,8 @@ __global__ void __launch_bounds__(kV1Threads)
 #pragma unroll
     for (int i = 0; i < kPool; ++i)
 #pragma unroll
-        for (int j = 0; j < kPool; ++j) v[i][j] += bias;
+        for (int j = 0; j < kPool; ++j)  // (rounded as torch's conv2d rounds it: element.cuh)
+            v[i][j] = rounded<T>(plus_bias<T>(v[i][j], bias));
 
     // (2) The window's extreme: pooling windows lie whole inside the conv output.
     const int window_col = kWideTileWindows * col_block + w;

@@ -57,7 +57,8 @@ struct StatsAndExtremes {
         // The conv values: element 4 nb + 2h + j is (column h, channel 8 nb + 2t + j).
         float v[BN / 2];
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) v[i] = acc[0][i] + prep.bias[2 * (i / 4) + i % 2];
+        for (int i = 0; i < BN / 2; ++i)  // (rounded as torch's conv2d rounds it: element.cuh)
+            v[i] = rounded<T>(plus_bias<T>(acc[0][i], prep.bias[2 * (i / 4) + i % 2]));
         const int cpg = f.cout / p.groups;
         const int rows_here = min(kPool, f.g.out_h - kPool * band);
         const int cols_here = min(kBandCols, f.g.out_w - kBandCols * col_block);

@@ -70,9 +70,13 @@ struct ConvStore {
 #pragma unroll
                     for (int i = 0; i < 2 * kGroup; ++i) {
                         const int co = tc.n0 + 8 * (nb0 + i / 2) + 2 * t + i % 2;
-                        float v = acc[mb][4 * (nb0 + i / 2) + 2 * h + i % 2] + add[i];
+                        float v = plus_bias<T>(acc[mb][4 * (nb0 + i / 2) + 2 * h + i % 2],
+                                               add[i]);
+                        // (The tail rounds as torch's min and add do in T: element.cuh.)
                         if (tail.kind == ConvTail<T>::kMinAddMul)
-                            v = (nan_min(v, tail.constant) + add2[i]) * tail.factor;
+                            v = rounded<T>(nan_min(rounded<T>(v), rounded<T>(tail.constant)) +
+                                           add2[i]) *
+                                tail.factor;
                         if (co < f.cout) out[h][co * pixels] = from_float<T>(v);
                     }
                 }

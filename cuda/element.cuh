@@ -42,9 +42,26 @@ __device__ __forceinline__ float value_or(const T* values, int i, bool present, 
     return values != nullptr && present ? to_float(values[i]) : absent;
 }
 
+// v as a torch operator computing in T leaves it: rounded to T, widened back (float: v itself).
+// A fused kernel rounds where the torch operators it fuses would each round their result (P31's
+// convolution, min and add; group norm, then the scale), so that it computes what the chain of
+// torch operators computes in T, as KernelBench compares it; every other step stays in float.
+template <class T>
+__device__ __forceinline__ float rounded(float v) {
+    return to_float(from_float<T>(v));
+}
+
+// A product (a GEMM's or a convolution's sum) plus a bias, as torch adds the bias in T: the
+// product rounded to T first (torch's conv2d adds its bias to cuDNN's rounded result; a @ b +
+// bias is two operators), the sum rounded by its store.
+template <class T>
+__device__ __forceinline__ float plus_bias(float product, float bias) {
+    return rounded<T>(product) + bias;
+}
+
 // Whether T is one of the 16-bit types.
 template <class T>
-constexpr bool is_half_type() { return sizeof(T) == 2; }
+__host__ __device__ constexpr bool is_half_type() { return sizeof(T) == 2; }
 
 // Four consecutive elements as one load or store of 4 * sizeof(T) bytes (16 for float, 8 for
 // the half types): p must be aligned to that (vector_aligned, checked by the launchers).

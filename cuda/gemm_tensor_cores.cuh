@@ -120,8 +120,8 @@ struct RowMajorStore {
 #pragma unroll
                 for (int nb = 0; nb < BN / 8; ++nb) {
                     const int col = tc.n0 + 8 * nb + 2 * t;
-                    const float v0 = acc[mb][4 * nb + 2 * h] + row_bias;
-                    const float v1 = acc[mb][4 * nb + 2 * h + 1] + row_bias;
+                    const float v0 = plus_bias<T>(acc[mb][4 * nb + 2 * h], row_bias);
+                    const float v1 = plus_bias<T>(acc[mb][4 * nb + 2 * h + 1], row_bias);
                     if (pairs_aligned && col + 1 < n) {
                         store_pair(out + col, v0, v1);
                     } else {

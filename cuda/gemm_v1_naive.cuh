@@ -19,7 +19,7 @@ __global__ void gemm_naive_kernel(const T* __restrict__ A, const T* __restrict__
     if (row >= M || col >= N) return;
     float acc = 0.0f;
     for (int k = 0; k < K; ++k) acc += to_float(A[row * lda + k]) * to_float(B[k * ldb + col]);
-    if (bias != nullptr) acc += to_float(bias[row]);
+    if (bias != nullptr) acc = plus_bias<T>(acc, to_float(bias[row]));
     C[row * ldc + col] = from_float<T>(acc);
 }
 

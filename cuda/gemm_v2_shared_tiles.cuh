@@ -38,7 +38,8 @@ __global__ void gemm_shared_tiles_kernel(const T* __restrict__ A, const T* __res
         __syncthreads();  // the next step overwrites the tiles
     }
     if (row < M && col < N)
-        C[row * ldc + col] = from_float<T>(acc + (bias != nullptr ? to_float(bias[row]) : 0.0f));
+        C[row * ldc + col] =
+            from_float<T>(plus_bias<T>(acc, bias != nullptr ? to_float(bias[row]) : 0.0f));
 }
 
 template <class T>

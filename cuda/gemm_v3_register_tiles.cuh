@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(RegTileConfig<BM, BN>::kThreads)
 #pragma unroll
         for (int j = 0; j < kRegPatch; ++j) {
             const int col = col0 + (j < 4 ? tx * 4 + j : BN / 2 + tx * 4 + (j - 4));
-            if (col < N) C[row * ldc + col] = from_float<T>(acc[i][j] + row_bias);
+            if (col < N) C[row * ldc + col] = from_float<T>(plus_bias<T>(acc[i][j], row_bias));
         }
     }
 }

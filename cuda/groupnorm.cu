@@ -147,8 +147,11 @@ struct GroupNormApply {
     const T* scale;  // nullptr: 1
     int groups, channels_per_group;
 
+    // In float the scale folds into a and b. The half types round the group norm's result to T
+    // before the scale multiplies it, as torch's group_norm(x) * scale does (element.cuh:
+    // rounded), so their scale stays apart.
     struct Constants {
-        float mean, a, b;
+        float mean, a, b, scale;
     };
     __device__ Constants prepare(int n, int c) const {
         const int group = n * groups + c / channels_per_group;
@@ -156,9 +159,13 @@ struct GroupNormApply {
         const float s = scale != nullptr ? to_float(scale[c]) : 1.0f;
         const float g = gamma != nullptr ? to_float(gamma[c]) : 1.0f;
         const float b = beta != nullptr ? to_float(beta[c]) : 0.0f;
-        return {mean, rstd * g * s, b * s};
+        if (is_half_type<T>()) return {mean, rstd * g, b, s};
+        return {mean, rstd * g * s, b * s, 1.0f};
     }
-    __device__ float apply(float v, const Constants& k) const { return (v - k.mean) * k.a + k.b; }
+    __device__ float apply(float v, const Constants& k) const {
+        if (is_half_type<T>()) return rounded<T>((v - k.mean) * k.a + k.b) * k.scale;
+        return (v - k.mean) * k.a + k.b;
+    }
 };
 
 // The statistics of the `blocks` = batch * groups groups into stats (mean, 1/std each).

@@ -44,7 +44,7 @@ def test_help_in_a_subprocess(argv):
     (["run", "--batch", "-1"], "must be at least 1"),
     (["run", "--batch", "abc"], "expected a positive integer"),
     (["run", "--repeats", "0"], "must be at least 1"),
-    (["run", "--dtype", "float16"], "unrecognized arguments"),
+    (["run", "--dtype", "float64"], "invalid choice"),
     (["run", "--seed", "x"], "invalid int"),
     (["bench", "nosuchkernel"], "unknown kernel 'nosuchkernel'"),
     (["bench", "gemm", "--repeats", "-3"], "must be at least 1"),

@@ -19,14 +19,22 @@ HALF = [torch.float16, torch.bfloat16]
 ids = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-def assert_half_matches(out, ref, ref64, *, exact=False):
+def assert_half_matches(out, ref, ref64, *, exact=False, torch_inaccurate=False):
     """out (fp16 / bf16) against torch's result `ref` in the same dtype, allclose at
     KernelBench's half tolerance (exact: equal), and against the float64 reference: its error
-    within 2x torch's own plus one rounding of the largest value. NaN never passes."""
+    within 2x torch's own plus one rounding of the largest value. NaN never passes.
+    torch_inaccurate: data on which torch's half result is itself further than the tolerance
+    from float64 (group norm of a large mean: its variance loses digits to cancellation); the
+    allclose is then with float64's result rounded to the dtype, and torch's error is printed."""
     assert out.dtype == ref.dtype and out.shape == ref.shape == ref64.shape, \
         (out.dtype, ref.dtype, out.shape, ref.shape, ref64.shape)
     tol = 0.0 if exact else HALF_TOL
-    torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
+    if torch_inaccurate:
+        print(f"torch's {ref.dtype} result: max error vs float64 "
+              f"{(ref.double() - ref64).abs().max().item():.3e}; scratchops': "
+              f"{(out.double() - ref64).abs().max().item():.3e}")
+    expected = ref64.to(out.dtype) if torch_inaccurate else ref
+    torch.testing.assert_close(out.float(), expected.float(), atol=tol, rtol=tol)
     if out.numel() == 0:
         return
     ours = (out.double() - ref64).abs().max().item()
@@ -88,9 +96,11 @@ def test_group_norm_half(dtype, version, shape, groups, mean):
     ref = F.group_norm(x, groups, w, b)
     ref64 = F.group_norm(x64, groups, w64, b64)
     poison_next(*shape, dtype=dtype)
-    assert_half_matches(scratchops.group_norm(x, groups, w, b, version=version), ref, ref64)
+    far = mean != 0.0
+    assert_half_matches(scratchops.group_norm(x, groups, w, b, version=version), ref, ref64,
+                        torch_inaccurate=far)
     assert_half_matches(scratchops.group_norm_scale(x, groups, w, b, s, version=version),
-                        ref * s, ref64 * s64)
+                        ref * s, ref64 * s64, torch_inaccurate=far)
 
 
 # ---------------------------------------------------------------------- im2col, gemm, conv
@@ -186,7 +196,7 @@ def test_conv2d_group_norm_pool_clamp_half(dtype, engine, version, x_shape, cout
     with scratchops.tensor_core_path(engine):
         out = scratchops.conv2d_group_norm_pool_clamp(x, w, cb, groups, gw, gb, s, 1e-5, -0.5,
                                                       0.5, version=version)
-    assert_half_matches(out, ref, ref64)
+    assert_half_matches(out, ref, ref64, torch_inaccurate=mean != 0.0)
 
 
 # ------------------------------------------------------------------------- the two models

@@ -23,7 +23,7 @@ from pathlib import Path
 import scratchops
 
 from . import bench, main_job, sass
-from .main_job import PROBLEM_KEYS
+from .main_job import DTYPES, PROBLEM_KEYS
 from .timing import DEFAULT_REPEATS
 
 
@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="which problem (default: all)")
     run.add_argument("--batch", type=_positive_int, metavar="N",
                      help="batch size (default: KernelBench's, 128)")
+    run.add_argument("--dtype", choices=(*DTYPES, "all"), default="all",
+                     help="the dtype the models and input run in, as KernelBench's precision "
+                          "argument casts them (default: all three)")
     run.add_argument("--json", type=Path, metavar="PATH",
                      help="also write every result to this JSON file")
     run.add_argument("--no-compile", action="store_true",

@@ -1,7 +1,10 @@
 """`scratchops run`, the main job: each problem's Model and every ModelNew variant built with
 the same parameters, ModelNew checked against torch in fp32 (TF32 off) and float64, and
 torch eager (TF32 off and torch's defaults), torch.compile and each variant timed side by
-side; medians with the L2 cache flushed before each run."""
+side; medians with the L2 cache flushed before each run. In float16 and bfloat16 (--dtype),
+the models and the input moved with .to(dtype) as KernelBench's precision argument moves
+them, each ModelNew is checked against torch eager in that dtype at KernelBench's half
+tolerance, and timed beside torch eager and torch.compile in that dtype."""
 
 from __future__ import annotations
 
@@ -20,11 +23,14 @@ import torch
 import scratchops
 
 from ..problems import PROBLEMS, build_pair
-from .report import ATOL, compare, dims, envelope, first_line, fmt, format_table
+from .report import ATOL, HALF_TOL, compare, dims, envelope, first_line, fmt, format_table, tolerance
 from .timing import (DEFAULT_WARMUP, environment, tf32_disabled, tf32_settings, time_cuda,
                      time_synchronized)
 
 PROBLEM_KEYS = ("p85", "p31")  # the keys of scratchops.problems.PROBLEMS, in run order
+# The dtypes `run --dtype` covers, by name, in run order, and their labels' short names.
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+SHORT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def _status(message: str) -> None:
@@ -49,7 +55,8 @@ class Implementation:
 def _compiled(problem: str, model: torch.nn.Module, x: torch.Tensor,
               skip: bool) -> Implementation:
     """torch.compile(model), compiled now by a first call whose time is the compile time."""
-    key, label = "torch_compile_fp32", "compile fp32"
+    short = SHORT[x.dtype]
+    key, label = f"torch_compile_{short}", f"compile {short}"
     if skip:
         return Implementation(key, label, None, note="skipped (--no-compile)")
     _status(f"{problem}: compiling the model with torch.compile...")
@@ -67,8 +74,13 @@ def _compiled(problem: str, model: torch.nn.Module, x: torch.Tensor,
 
 
 def _correctness(out: torch.Tensor, ref32: torch.Tensor, ref64: torch.Tensor) -> dict:
-    ok32, err32, note32 = compare(out, ref32)
-    ok64, err64, note64 = compare(out.double(), ref64)
+    """out against torch (fp32, TF32 off, or torch in out's half dtype: the "fp32" fields) and
+    float64, at KernelBench's tolerance for out's dtype."""
+    tol = tolerance(out.dtype)
+    ok32, err32, note32 = compare(out, ref32, tol)
+    # (In a half dtype, against float64's result rounded to it: no result can be closer.)
+    exact = ref64 if out.dtype == torch.float32 else ref64.to(out.dtype).double()
+    ok64, err64, note64 = compare(out.double(), exact, tol)
     return {"max_abs_err_vs_fp32": err32, "allclose_vs_fp32": ok32,
             "max_abs_err_vs_fp64": err64, "allclose_vs_fp64": ok64,
             "note": "; ".join(dict.fromkeys(n for n in (note32, note64) if n))}
@@ -82,15 +94,20 @@ def _tf32_note(settings: dict) -> str:
 
 
 def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Namespace,
-                    default_tf32: dict) -> dict:
-    """Check and time every implementation of one problem: entries by key."""
-    _status(f"{key}: building {module.NAME} at input {dims(shape)}")
+                    default_tf32: dict, dtype: torch.dtype = torch.float32) -> dict:
+    """Check and time every implementation of one problem in `dtype`: entries by key."""
+    _status(f"{key}: building {module.NAME} at input {dims(shape)}, {dtype}")
     model = None
     variants = {}
     for label in module.VARIANTS:
         model, variants[label] = build_pair(module, label, args.seed)
+        variants[label] = variants[label].to(dtype)
+    model = model.to(dtype)
     generator = torch.Generator(device="cuda").manual_seed(args.seed)
-    x = torch.rand(shape, device="cuda", generator=generator)
+    x = torch.rand(shape, device="cuda", generator=generator).to(dtype)
+    if dtype != torch.float32:
+        return _measure(key, _half_implementations(key, model, variants, x, args),
+                        model(x), copy.deepcopy(model).double()(x.double()), x, args)
 
     _status(f"{key}: computing the fp32 (TF32 off), torch-defaults and float64 references")
     with tf32_disabled():
@@ -111,6 +128,25 @@ def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Nam
                        note="under torch's default switches, checked against eager default "
                             "as KernelBench checks"),
     ]
+    return _measure(key, impls, ref32, ref64, x, args, ref_default)
+
+
+def _half_implementations(key: str, model, variants: dict, x: torch.Tensor,
+                          args: argparse.Namespace) -> list[Implementation]:
+    """In a half dtype: torch eager and torch.compile in it, and each ModelNew variant."""
+    short = SHORT[x.dtype]
+    return [Implementation(f"torch_eager_{short}", f"eager {short}", model,
+                           note=f"torch eager in {x.dtype}"),
+            _compiled(key, model, x, args.no_compile),
+            *(Implementation(f"modelnew_{label}_{short}", f"ModelNew[{label}] {short}", new,
+                             is_scratchops=True)
+              for label, new in variants.items())]
+
+
+def _measure(key: str, impls: list[Implementation], ref32: torch.Tensor, ref64: torch.Tensor,
+             x: torch.Tensor, args: argparse.Namespace, ref_default=None) -> dict:
+    """Each implementation checked (against ref32: torch fp32 with TF32 off, or torch in x's
+    half dtype; TF32-default rows against ref_default) and timed both ways."""
     entries = {}
     for impl in impls:
         entry = {"label": impl.label, "kind": "scratchops" if impl.is_scratchops else "torch",
@@ -131,11 +167,12 @@ def measure_problem(key: str, module, shape: tuple[int, ...], args: argparse.Nam
     return entries
 
 
-def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict) -> dict:
-    """Check and time one problem; prints its table and returns its JSON entry."""
+def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict,
+                dtype: torch.dtype = torch.float32) -> dict:
+    """Check and time one problem in `dtype`; prints its table and returns its JSON entry."""
     batch = args.batch or module.batch_size
     shape = (batch, module.in_channels, module.height, module.width)
-    entries = measure_problem(key, module, shape, args, default_tf32)
+    entries = measure_problem(key, module, shape, args, default_tf32, dtype)
     torch.cuda.empty_cache()  # the models and tensors died with measure_problem's frame
 
     speedups = {}
@@ -147,13 +184,16 @@ def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict) 
                 for torch_key, t in entries.items() if t["kind"] == "torch"}
     # TF32 off: allclose to torch fp32 and to float64; under torch's defaults: allclose to
     # torch eager under the same switches (KernelBench's check; TF32 is not within report.ATOL of
-    # float64).
+    # float64). In a half dtype: allclose to torch in that dtype, KernelBench's check (torch's
+    # own half result may be further than the tolerance from float64).
+    half = dtype != torch.float32
     ok = all(e["correctness"]["allclose_vs_fp32"] and
-             (e["correctness"]["allclose_vs_fp64"] or not e["tf32_off"])
+             (e["correctness"]["allclose_vs_fp64"] or not e["tf32_off"] or half)
              for e in entries.values() if e["kind"] == "scratchops")
     result = {"name": module.NAME, "batch": batch, "input_shape": list(shape),
+              "dtype": str(dtype).removeprefix("torch."),
               "implementations": entries, "speedups": speedups, "ok": ok,
-              "batch1_sync": batch1_latency(module, args)}
+              "batch1_sync": {} if half else batch1_latency(module, args)}
     print(problem_table(key, result))
     return result
 
@@ -189,15 +229,19 @@ def problem_table(key: str, result: dict) -> str:
                      fmt(t.get("median_ms"), ".3f"), fmt(t.get("p10_ms"), ".3f"),
                      fmt(t.get("p90_ms"), ".3f"),
                      fmt((e.get("timing_sync") or {}).get("median_ms"), ".3f"), note])
-    lines = [f"\n== {key}: {result['name']}, input {dims(result['input_shape'])} ==",
-             f"errors: max |output - torch| (fp32, TF32 off; for 'dflt' rows torch eager "
-             f"under its default switches) and max |output - float64 reference|; allclose at "
-             f"atol = rtol = {ATOL:g}; median ms: GPU time, calls queued; sync ms: KernelBench's "
-             f"way, synchronised after each call (host time counts)",
-             format_table(columns, rows),
-             "",
-             "batch 1, KernelBench's way (ms, synchronised after each call): " + "  ".join(
-                 f"{label} {ms:.4f}" for label, ms in result["batch1_sync"].items())]
+    half = result["dtype"] != "float32"
+    reference = (f"torch eager in {result['dtype']}" if half else
+                 "fp32, TF32 off; for 'dflt' rows torch eager under its default switches")
+    lines = [f"\n== {key}: {result['name']}, input {dims(result['input_shape'])}, "
+             f"{result['dtype']} ==",
+             f"errors: max |output - torch| ({reference}) and max |output - float64 reference|"
+             f"{' rounded to ' + result['dtype'] if half else ''}; allclose at atol = rtol = "
+             f"{HALF_TOL if half else ATOL:g}; median ms: GPU time, calls queued; sync ms: "
+             f"KernelBench's way, synchronised after each call (host time counts)",
+             format_table(columns, rows)]
+    if result["batch1_sync"]:
+        lines += ["", "batch 1, KernelBench's way (ms, synchronised after each call): " +
+                  "  ".join(f"{label} {ms:.4f}" for label, ms in result["batch1_sync"].items())]
     torch_keys = [k for k, e in entries.items() if e["kind"] == "torch"]
     if result["speedups"]:
         columns = [("speedup (torch ms / ours)", "<")]
@@ -224,13 +268,16 @@ def summary_lines(results: dict, env: dict, repeats: int) -> list[str]:
                          f"{ours['timing']['median_ms']:9.3f} ms  sync "
                          f"{ours['timing_sync']['median_ms']:8.3f} ms  allclose {ok}  {vs}")
         b1 = result["batch1_sync"]
-        lines.append(f"  {key} b1 (sync ms)  " + "  ".join(
-            f"{setting}: eager {b1['eager ' + setting]:.4f} ModelNew "
-            f"{b1['ModelNew ' + setting]:.4f} (x{b1['eager ' + setting] / b1['ModelNew ' + setting]:.2f})"
-            for setting in ("TF32 off", "defaults")))
+        if b1:
+            lines.append(f"  {key} b1 (sync ms)  " + "  ".join(
+                f"{setting}: eager {b1['eager ' + setting]:.4f} ModelNew "
+                f"{b1['ModelNew ' + setting]:.4f} "
+                f"(x{b1['eager ' + setting] / b1['ModelNew ' + setting]:.2f})"
+                for setting in ("TF32 off", "defaults")))
     ok = all(r["ok"] for r in results.values())
     lines.append(f"all ModelNew outputs allclose (atol = rtol = {ATOL:g}) to torch fp32 and "
-                 f"float64 with TF32 off, and to torch eager under torch's defaults: {ok}")
+                 f"float64 with TF32 off, and to torch eager under torch's defaults; in fp16 "
+                 f"and bf16 (atol = rtol = {HALF_TOL:g}) to torch eager in that dtype: {ok}")
     return lines
 
 
@@ -240,15 +287,19 @@ def run_main_job(args: argparse.Namespace) -> int:
     scratchops.load()
 
     keys = PROBLEM_KEYS if args.problem == "all" else (args.problem,)
+    dtypes = list(DTYPES) if args.dtype == "all" else [args.dtype]
     results = {}
     with torch.no_grad():  # inference, as KernelBench times it
         env = environment()
-        for key in keys:
-            results[key] = run_problem(key, PROBLEMS[key], args, default_tf32)
+        for name in dtypes:
+            dtype = DTYPES[name]
+            for key in keys:  # float32's keys as they were; "p31_bf16" and so on
+                label = key if dtype == torch.float32 else f"{key}_{SHORT[dtype]}"
+                results[label] = run_problem(key, PROBLEMS[key], args, default_tf32, dtype)
     ok = all(r["ok"] for r in results.values())
     if args.json is not None:
         report = envelope("run", env,
-                          {"problems": list(keys), "batch": args.batch, "dtype": "float32",
+                          {"problems": list(keys), "batch": args.batch, "dtypes": dtypes,
                            "seed": args.seed, "repeats": args.repeats,
                            "warmup": DEFAULT_WARMUP, "compile": not args.no_compile,
                            "flush_l2": True, "torch_default_tf32": default_tf32},

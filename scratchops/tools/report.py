@@ -23,13 +23,15 @@ def tolerance(dtype: torch.dtype) -> float:
     return ATOL if dtype == torch.float32 else HALF_TOL
 
 
-def compare(out: torch.Tensor, expected: torch.Tensor) -> tuple[bool, float | None, str]:
-    """(allclose, max |out - expected| or None when not finite, a note) for one output."""
+def compare(out: torch.Tensor, expected: torch.Tensor,
+            tol: float | None = None) -> tuple[bool, float | None, str]:
+    """(allclose at atol = rtol = tol (default: KernelBench's for out's dtype), max |out -
+    expected| or None when not finite, a note) for one output."""
     if out.shape != expected.shape or out.dtype != expected.dtype:
         return False, None, (f"output {tuple(out.shape)} {out.dtype} differs from torch's "
                              f"{tuple(expected.shape)} {expected.dtype}")
     max_err = (out.float() - expected.float()).abs().max().item()
-    tol = tolerance(out.dtype)
+    tol = tolerance(out.dtype) if tol is None else tol
     ok = torch.allclose(out, expected, atol=tol, rtol=tol)
     if not math.isfinite(max_err):
         return False, None, "output has NaN or Inf"
