@@ -185,8 +185,8 @@ def test_progress_in_a_log_prints_about_ten_lines():
 @requires_gpu
 def test_run_and_bench_quick_end_to_end(tmp_path, capsys):
     report = tmp_path / "run.json"
-    assert cli.main(["run", "--batch", "4", "--no-compile", "--repeats", "5",
-                     "--json", str(report)]) == 0
+    assert cli.main(["run", "--batch", "4", "--no-compile", "--repeats", "5", "--dtype",
+                     "float32", "--json", str(report)]) == 0
     assert "all ModelNew outputs allclose" in capsys.readouterr().out.splitlines()[-2]
     result = json.loads(report.read_text())
     assert result["ok"] is True and set(result["problems"]) == {"p85", "p31"}
@@ -204,6 +204,16 @@ def test_run_and_bench_quick_end_to_end(tmp_path, capsys):
                 assert e["timing"]["n"] == 5 and e["timing"]["median_ms"] > 0
         assert all(all(r > 0 for r in ratios.values() if r is not None)
                    for ratios in problem["speedups"].values())
+
+    # A half dtype: each problem under its own key, checked against torch in that dtype.
+    assert cli.main(["run", "--batch", "4", "--no-compile", "--repeats", "5", "--dtype",
+                     "float16", "--json", str(report)]) == 0
+    result = json.loads(report.read_text())
+    assert result["ok"] is True and set(result["problems"]) == {"p85_fp16", "p31_fp16"}
+    for problem in result["problems"].values():
+        assert problem["dtype"] == "float16"
+        ours = [e for e in problem["implementations"].values() if e["kind"] == "scratchops"]
+        assert ours and all(e["correctness"]["allclose_vs_fp32"] for e in ours)
 
     out_dir = tmp_path / "bench"
     assert cli.main(["bench", "--quick", "--out", str(out_dir)]) == 0
