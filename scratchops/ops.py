@@ -2,7 +2,7 @@
 
 Each function calls the registered operator torch.ops.scratchops.<name> (scratchops._library),
 which runs a CUDA kernel on the current stream of the input's device. Inputs must be float32,
-contiguous and on one CUDA device (or the meta device / fake tensors, for tracing); nothing is
+float16 or bfloat16 (all of one dtype), contiguous and on one CUDA device (or the meta device / fake tensors, for tracing); nothing is
 copied or converted silently.
 
 Two ways to the operator, one set of rules:
