@@ -66,9 +66,9 @@ int main(int argc, char** argv) {
     fill<<<1024, 256>>>(x, nx, 1); fill<<<64, 256>>>(w, CO * C * 9, 2); fill<<<1, 128>>>(b, CO, 3); fill<<<1, 128>>>(b2, CO, 4);
     CK(cudaMalloc(&packed, conv2d_implicit_packed_bytes(g, CO)));
     CK(conv2d_implicit_pack(w, CO, g, packed, 0));
-    ConvTail tail{ConvTail::kMinAddMul, 0.5f, b2, 2.0f};
+    ConvTail<float> tail{ConvTail<float>::kMinAddMul, 0.5f, b2, 2.0f};
     const ConvGeometryFast f = conv_tc::fast_geometry(g, N, CO);
-    const ConvStore store{nullptr, b, tail, f};
+    const ConvStore<float> store{nullptr, b, tail, f};
     const int m = N * g.out_h * g.out_w;
     const tc::PackedB layout = conv_tc::weight_layout(g, CO, 128);
     Im2colRows<true> loader{x, f};
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     // mode: 0 the reference (the first line), 1 compared with it, 2 not comparable (parts left out)
     auto timeit = [&](const char* name, auto launch_fn, int mode) {
         const bool ref = mode == 0;
-        ConvStore st = store; st.y = ref ? yref : y;
+        ConvStore<float> st = store; st.y = ref ? yref : y;
         CK(cudaMemset(st.y, 0xff, ny * 4));
         CK(launch_fn(st)); CK(cudaDeviceSynchronize());
         std::vector<float> ts;
@@ -91,16 +91,16 @@ int main(int argc, char** argv) {
         printf("%-36s median %.3f ms  min %.3f  (%.1f TFLOP/s)  max diff from the first: %s\n", name, ts[7], ts[0],
                2.0 * m * CO * 576 / (ts[7] * 1e-3) / 1e12, mode == 1 ? std::to_string(d).c_str() : "-");
     };
-#define V(NAME, BN, MB, ST, GR, TF, REF) timeit(NAME, [&](const ConvStore& st) { return tf32x3::launch<BN, MB, ST, GR, TF>(loader, st, (const uint8_t*)packed, layout, m, 1, true, 0); }, REF ? 0 : 1)
+#define V(NAME, BN, MB, ST, GR, TF, REF) timeit(NAME, [&](const ConvStore<float>& st) { return tf32x3::launch<BN, MB, ST, GR, TF>(loader, st, (const uint8_t*)packed, layout, m, 1, true, 0); }, REF ? 0 : 1)
     V("tf32 BN128 MB1 ST4", 128, 1, 4, 1, true, true);
     V("3xtf32 BN128 MB1 ST4 G9 (default)", 128, 1, 4, 9, false, false);
     V("tf32 BN128 MB1 ST8", 128, 1, 8, 1, true, false);
     V("tf32 BN128 MB2 ST4 (256-row tiles)", 128, 2, 4, 1, true, false);
     ConstRows crows;
     NullStore nstore{y};
-    timeit("tf32 const A, real store", [&](const ConvStore& st) { return tf32x3::launch<128, 1, 4, 1, true>(crows, st, (const uint8_t*)packed, layout, m, 1, true, 0); }, 2);
-    timeit("tf32 real A, null store", [&](const ConvStore& st) { return tf32x3::launch<128, 1, 4, 1, true>(loader, nstore, (const uint8_t*)packed, layout, m, 1, true, 0); }, 2);
-    timeit("tf32 const A, null store", [&](const ConvStore& st) { return tf32x3::launch<128, 1, 4, 1, true>(crows, nstore, (const uint8_t*)packed, layout, m, 1, true, 0); }, 2);
-    timeit("3x const A, null store", [&](const ConvStore& st) { return tf32x3::launch<128, 1, 4, 9, false>(crows, nstore, (const uint8_t*)packed, layout, m, 1, true, 0); }, 2);
+    timeit("tf32 const A, real store", [&](const ConvStore<float>& st) { return tf32x3::launch<128, 1, 4, 1, true>(crows, st, (const uint8_t*)packed, layout, m, 1, true, 0); }, 2);
+    timeit("tf32 real A, null store", [&](const ConvStore<float>& st) { return tf32x3::launch<128, 1, 4, 1, true>(loader, nstore, (const uint8_t*)packed, layout, m, 1, true, 0); }, 2);
+    timeit("tf32 const A, null store", [&](const ConvStore<float>& st) { return tf32x3::launch<128, 1, 4, 1, true>(crows, nstore, (const uint8_t*)packed, layout, m, 1, true, 0); }, 2);
+    timeit("3x const A, null store", [&](const ConvStore<float>& st) { return tf32x3::launch<128, 1, 4, 9, false>(crows, nstore, (const uint8_t*)packed, layout, m, 1, true, 0); }, 2);
     return 0;
 }
