@@ -31,11 +31,9 @@ constexpr int kThreads = kWarpgroupThreads * kWarpgroups;
 constexpr int kStages = 2;
 
 template <int BN, int MB, bool kTf32>
-struct Config {
+struct Config : tc::BStage<BN, kTf32> {
     static constexpr int kBM = kWarpgroups * 64 * MB;
-    static constexpr int kTileBytes = BN * 128;
-    static constexpr int kStageBytes = (kTf32 ? 1 : 3) * kTileBytes;
-    static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack
+    static constexpr int kSmemBytes = tc::BStage<BN, kTf32>::ring_bytes(kStages);
 };
 
 // One k-block's 4 k-steps on wgmma, each waited for before the next: A's fragments split

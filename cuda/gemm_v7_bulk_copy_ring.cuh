@@ -28,11 +28,9 @@ using tc::TileGrid;
 using gemm_v6::kThreads;
 
 template <int BN, int MB, int STAGES, bool kTf32>
-struct Config {
+struct Config : tc::BStage<BN, kTf32> {
     static constexpr int kBM = gemm_v6::kWarpgroups * 64 * MB;
-    static constexpr int kTileBytes = BN * 128;
-    static constexpr int kStageBytes = (kTf32 ? 1 : 3) * kTileBytes;
-    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
+    static constexpr int kSmemBytes = tc::BStage<BN, kTf32>::ring_bytes(STAGES);
     static_assert(kSmemBytes <= 227 * 1024, "stages must fit in shared memory");
 };
 

@@ -50,11 +50,9 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kStages = 2;
 
 template <int BN, int MB, bool kTf32>
-struct Config {
+struct Config : tc::BStage<BN, kTf32> {  // (cp.async and ldmatrix: no swizzle, no slack)
     static constexpr int kBM = kWarpGroups * 64 * MB;  // rows of a tile
-    static constexpr int kTileBytes = BN * 128;
-    static constexpr int kStageBytes = (kTf32 ? 1 : 3) * kTileBytes;
-    static constexpr int kSmemBytes = kStages * kStageBytes;
+    static constexpr int kSmemBytes = kStages * tc::BStage<BN, kTf32>::kStageBytes;
     static_assert(kSmemBytes <= 96 * 1024, "the stages fit every sm_80+ GPU's block limit");
 };
 

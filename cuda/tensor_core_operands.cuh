@@ -224,11 +224,22 @@ struct TileARows {
 };
 
 // The first 1024-byte boundary at or after p in shared memory: swizzled tiles start there (the
-// 128-byte swizzle's pattern repeats every 1024 bytes). Kernels ask for 1024 bytes of slack.
+// 128-byte swizzle's pattern repeats every 1024 bytes). Kernels ask for kAlignSlack bytes more.
+constexpr int kAlignSlack = 1024;
 __device__ __forceinline__ uint8_t* align_1024(uint8_t* p) {
     const uint32_t address = smem_address(p);
     return p + (((address + 1023) & ~1023u) - address);
 }
+
+// B's k-block in shared memory, as pack_b lays it out and every engine's kernel stages it: a
+// tile of BN rows of 128 bytes; a stage of big, small and cross tiles (the TF32 mode: the big
+// one alone); a ring of `stages` stages starting at a 1024-byte boundary (align_1024).
+template <int BN, bool kTf32>
+struct BStage {
+    static constexpr int kTileBytes = BN * 128;
+    static constexpr int kStageBytes = (kTf32 ? 1 : 3) * kTileBytes;
+    static constexpr int ring_bytes(int stages) { return stages * kStageBytes + kAlignSlack; }
+};
 
 // The bytes of a k-block's B a stage receives: the big tile alone in the TF32 mode (B rounded
 // to nearest); big and small in 3xTF32, and the cross tile too where some B value is not

@@ -58,12 +58,9 @@ static_assert(kWarpgroupThreads * kProducerRegisters +
                   65536,
               "the register file holds 64K 32-bit registers");
 template <int BN, int MB, int STAGES, bool kTf32 = false>
-struct Config {
+struct Config : BStage<BN, kTf32> {
     static constexpr int kBM = kConsumerWarpgroups * 64 * MB;  // rows of a tile
-    static constexpr int kTileBytes = BN * 128;
-    // A shared-memory stage: big, small and cross tiles; the TF32 mode's, the big one alone.
-    static constexpr int kStageBytes = (kTf32 ? 1 : 3) * kTileBytes;
-    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
+    static constexpr int kSmemBytes = BStage<BN, kTf32>::ring_bytes(STAGES);
     static_assert(kSmemBytes <= 227 * 1024, "stages must fit in shared memory");
 };
 
