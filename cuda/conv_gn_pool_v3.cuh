@@ -74,7 +74,7 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
             if (kFinite && j + 1 < shape.taps) load_tap(j + 1, a[(j + 1) % kBuffers]);
             // k-block j / 4's tiles, k-step j % 4 (32 bytes, 2 in the descriptor's 16-byte
             // units): compile-time offsets from the first tile's descriptor.
-            constexpr int kTile = kBN * 128 / 16;
+            constexpr int kTile = V3WeightStage::kTileBytes / 16;
             const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
             const uint64_t desc_small = desc_big + kTile;
             const uint64_t desc_cross = !kFinite && b_cross_tile ? desc_big + 2 * kTile : desc_big;
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kV3Threads, 1)
     extern __shared__ uint8_t smem_raw[];
     uint8_t* weights = tc::align_1024(smem_raw);
     WarpgroupSmem* wg_smem =
-        reinterpret_cast<WarpgroupSmem*>(weights + layout.num_kb * 3 * kBN * 128);
+        reinterpret_cast<WarpgroupSmem*>(weights + layout.num_kb * V3WeightStage::kStageBytes);
     // [kHaloItems]: where each halo item comes from and goes; [kWideCopies]: the same for the
     // 16-byte copies (write_halo_plan).
     int4* halo_plan = reinterpret_cast<int4*>(wg_smem + kV3Warpgroups);

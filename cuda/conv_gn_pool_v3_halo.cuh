@@ -49,8 +49,12 @@ struct WarpgroupSmem {
 };
 static_assert(sizeof(WarpgroupSmem) % 16 == 0, "16-byte aligned arrays");
 
+// The weights' k-blocks, each a stage of big, small and cross tiles (3xTF32 alone).
+using V3WeightStage = tc::BStage<kBN, false>;
+
 __host__ __device__ inline int v3_smem_bytes(int num_kb) {
-    return 1024 + num_kb * 3 * kBN * 128 + kV3Warpgroups * static_cast<int>(sizeof(WarpgroupSmem)) +
+    return tc::kAlignSlack + num_kb * V3WeightStage::kStageBytes +
+           kV3Warpgroups * static_cast<int>(sizeof(WarpgroupSmem)) +
            (kHaloItems + kWideCopies) * static_cast<int>(sizeof(int4));
 }
 
@@ -101,12 +105,12 @@ __device__ __forceinline__ void relay_weights(uint8_t* weights, const uint8_t* p
     for (int i = tid; i < values; i += kV3Threads) {
         const int column = i % tc::kBlockK, n = (i / tc::kBlockK) % kBN;
         const int tile = i / (tc::kBlockK * kBN);  // = 3 kb + part
-        const uint8_t* from = packed + tile * kBN * 128;
+        const uint8_t* from = packed + tile * V3WeightStage::kTileBytes;
         // Channel n negated where its extremes are minima (see "epilogue" in
         // conv_gn_pool_v3.cuh): its conv outputs come out as sign * x, exactly (negating
         // every part of every product negates the sum, rounding included).
         const uint32_t sign_bit = extreme_sign(p, cout, n) < 0.0f ? 0x80000000u : 0u;
-        *reinterpret_cast<uint32_t*>(weights + tile * kBN * 128 +
+        *reinterpret_cast<uint32_t*>(weights + tile * V3WeightStage::kTileBytes +
                                      tc::packed_offset(n, tc::physical_k(column))) =
             *reinterpret_cast<const uint32_t*>(from + tc::packed_offset(n, column)) ^ sign_bit;
     }
