@@ -100,19 +100,6 @@ struct Merge {
     }
 };
 
-// 16-byte accesses need 16-byte aligned addresses: true for torch's allocations, not always
-// for views that start inside a storage, so the launchers check before choosing float4.
-inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// Four consecutive elements of T, aligned as load4/store4 need them: the unit that the
-// vectorised loops index in. (x4[i] with x4 a pointer to these, not x + 4 * i, keeps the loop's
-// address a fixed stride from a base computed once: the compiler folds x + offset + 4 * i
-// into one 64-bit product per iteration otherwise.)
-template <class T>
-struct alignas(4 * sizeof(T)) FourElements {
-    T e[4];
-};
-
 // Per-plane kernel: for every plane (n, c) of an (N, C, S) tensor of T (S = the product of
 // the spatial sizes), one block computes the plane's constants once with op.prepare(n, c) and
 // then writes y[i] = op.apply(x[i], constants) for every element i of the plane. op works in

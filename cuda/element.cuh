@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -91,6 +92,29 @@ __device__ __forceinline__ void store4(T* p, float4 v) {
     h[3] = from_float<T>(v.w);
     *reinterpret_cast<uint2*>(p) = bits;
 }
+
+// Two consecutive elements as one store of 2 * sizeof(T) bytes (p aligned to that).
+template <class T>
+__device__ __forceinline__ void store2(T* p, float v0, float v1) {
+    if constexpr (std::is_same_v<T, float>) {
+        *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+    } else {
+        uint32_t bits;
+        T* h = reinterpret_cast<T*>(&bits);
+        h[0] = from_float<T>(v0);
+        h[1] = from_float<T>(v1);
+        *reinterpret_cast<uint32_t*>(p) = bits;
+    }
+}
+
+// Four consecutive elements of T, aligned as load4/store4 need them: the unit that the
+// vectorised loops index in. (x4[i] with x4 a pointer to these, not x + 4 * i, keeps the loop's
+// address a fixed stride from a base computed once: the compiler folds x + offset + 4 * i
+// into one 64-bit product per iteration otherwise.)
+template <class T>
+struct alignas(4 * sizeof(T)) FourElements {
+    T e[4];
+};
 
 }  // namespace scratchops
 

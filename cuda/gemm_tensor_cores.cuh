@@ -81,20 +81,6 @@ struct RowMajorB {
     }
 };
 
-// Two consecutive elements of C as one store of 2 * sizeof(T) bytes (p aligned to that).
-template <class T>
-__device__ __forceinline__ void store_pair(T* p, float v0, float v1) {
-    if constexpr (std::is_same_v<T, float>) {
-        *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-    } else {
-        uint32_t bits;
-        T* h = reinterpret_cast<T*>(&bits);
-        h[0] = from_float<T>(v0);
-        h[1] = from_float<T>(v1);
-        *reinterpret_cast<uint32_t*>(p) = bits;
-    }
-}
-
 // C = A @ B + bias[row], row-major with leading dimension ldc.
 template <class T>
 struct RowMajorStore {
@@ -123,7 +109,7 @@ struct RowMajorStore {
                     const float v0 = plus_bias<T>(acc[mb][4 * nb + 2 * h], row_bias);
                     const float v1 = plus_bias<T>(acc[mb][4 * nb + 2 * h + 1], row_bias);
                     if (pairs_aligned && col + 1 < n) {
-                        store_pair(out + col, v0, v1);
+                        store2(out + col, v0, v1);
                     } else {
                         if (col < n) out[col] = from_float<T>(v0);
                         if (col + 1 < n) out[col + 1] = from_float<T>(v1);
@@ -191,9 +177,10 @@ cudaError_t launch_tensor_core_mode(int version, const GemmArgs<T>& g,
 }
 
 // Whether pairs of consecutive elements of a row-major matrix are aligned for one load or
-// store of both: an even leading dimension and batch stride, and an aligned base.
+// store of both (the loader's and the store's pairs_aligned): an even leading dimension and
+// batch stride, and a base aligned to a pair.
 template <class T>
-bool pairs_aligned(const T* base, int ld, long long batch_stride) {
+bool pair_accesses_fit(const T* base, int ld, long long batch_stride) {
     return ld % 2 == 0 && batch_stride % 2 == 0 &&
            reinterpret_cast<uintptr_t>(base) % (2 * sizeof(T)) == 0;
 }
@@ -213,8 +200,8 @@ cudaError_t launch_tensor_cores(int version, const GemmArgs<T>& g, void* workspa
                                                                              : g.batch);
     if (chunk <= 0) return cudaErrorInvalidValue;  // the workspace holds not even one B
     auto* packed = static_cast<uint8_t*>(workspace);
-    const bool a_pairs = pairs_aligned(g.A, g.lda, g.stride_a);
-    const bool c_pairs = pairs_aligned(g.C, g.ldc, g.stride_c);
+    const bool a_pairs = pair_accesses_fit(g.A, g.lda, g.stride_a);
+    const bool c_pairs = pair_accesses_fit(g.C, g.ldc, g.stride_c);
     for (int b0 = 0; b0 < g.batch; b0 += chunk) {
         const int count = g.batch - b0 < chunk ? g.batch - b0 : chunk;
         const tc::PackedB layout = tc_layout(g.N, g.K, b_shared ? 1 : count);

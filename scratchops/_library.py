@@ -34,6 +34,7 @@ from torch._C import _AutoDispatchBelowAutograd
 from torch._subclasses.fake_tensor import is_fake
 
 from . import _build, _fakes
+from ._validate import ONE_PASS_POOL
 from .versions import (CONV2D_ALGORITHMS, DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_GROUP_NORM_VERSION,
                        DEFAULT_IM2COL_GEMM_VERSION, DEFAULT_MAX_POOL2D_VERSION)
 
@@ -198,7 +199,6 @@ def _conv2d_min_add_mul_chain(x, weight, conv_bias, stride, padding, dilation, c
 
 def _conv2d_group_norm_pool_clamp_chain(x, weight, conv_bias, num_groups, gn_weight, gn_bias,
                                         scale, eps, min, max, version):
-    from ._validate import ONE_PASS_POOL  # (the one-pass operator's window)
     y = OPS.conv2d(x, weight, conv_bias, [1, 1], [0, 0], [1, 1],
                    CONV2D_ALGORITHMS["implicit_gemm"], DEFAULT_CONV_WORKSPACE_BYTES,
                    DEFAULT_IM2COL_GEMM_VERSION)
