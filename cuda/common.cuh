@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <math.h>
 
 #include <cuda_runtime.h>
 
@@ -65,6 +66,39 @@ struct Sum {
 struct NanMax {
     __device__ float operator()(float a, float b) const { return nan_max(a, b); }
 };
+
+// Two sums reduced together (a statistic and its companion: sum and sum of squares, or the
+// sums of dy and dy * x of a backward).
+struct Sums {
+    float a, b;
+};
+__device__ __forceinline__ Sums warp_sum(Sums v) {  // every lane ends with the warp's sums
+    return {warp_xor_reduce<1, 32>(v.a, Sum{}), warp_xor_reduce<1, 32>(v.b, Sum{})};
+}
+// The sums of v over a block of kThreads threads (a multiple of 32, at most 1024), returned to
+// every thread: across each warp, then across the warps. The order of the additions depends
+// only on the thread layout, so a result is the same bits at every run. Every thread of the
+// block must call it; it may be called again right after (the barrier on entry keeps a call's
+// partial sums from overwriting those the previous call is still reading).
+template <int kThreads>
+__device__ __forceinline__ Sums block_sum(Sums v) {
+    constexpr int kWarpCount = kThreads / 32;
+    __shared__ Sums warp_sums[kWarpCount];
+    v = warp_sum(v);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+    __syncthreads();
+    const int lane = threadIdx.x % 32;
+    return warp_sum(lane < kWarpCount ? warp_sums[lane] : Sums{0.0f, 0.0f});
+}
+
+// Whether clamp(v, lo, hi) passes v's gradient, as torch's clamp backward decides: where
+// lo <= v <= hi (a value at a bound included; NaN never). An infinite bound stands for no bound
+// (scratchops' clamp takes an absent bound as -inf / +inf), so max_pool2d, a clamp to
+// (-inf, +inf), passes every gradient, NaN's included, as torch's max_pool2d does.
+__device__ __forceinline__ bool clamp_passes_gradient(float v, float lo, float hi) {
+    return (lo == -INFINITY || v >= lo) && (hi == INFINITY || v <= hi);
+}
 
 // ----------------------------------------------------------------------------- moments
 // Count, mean and centred sum of squares (m2) of a set of values: what group norm's

@@ -44,22 +44,7 @@ constexpr int kStatsThreads = 512;
 constexpr int kWarps = kStatsThreads / 32;
 
 // ---------------------------------------------------------------------- v1: two passes
-struct Sums {
-    float a, b;
-};
-
-__device__ __forceinline__ Sums warp_sum(Sums v) {  // every lane ends with the warp's sums
-    return {warp_xor_reduce<1, 32>(v.a, Sum{}), warp_xor_reduce<1, 32>(v.b, Sum{})};
-}
-
-// The sums of v over the block, in thread 0: across each warp, then across the warps.
-__device__ __forceinline__ Sums block_sum(Sums v) {
-    __shared__ Sums warp_sums[kWarps];
-    v = warp_sum(v);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
-    __syncthreads();
-    return warp_sum(threadIdx.x < kWarps ? warp_sums[threadIdx.x] : Sums{0.0f, 0.0f});
-}
+// (Sums and block_sum: common.cuh.)
 
 // Pass 1: block (n, g) = blockIdx.x sums x[blockIdx.x * group_size, +group_size) and writes
 // stats[2*blockIdx.x] = its mean.
@@ -69,7 +54,7 @@ __global__ void __launch_bounds__(kStatsThreads)
     const T* group = x + blockIdx.x * group_size;  // < numel < 2^31
     Sums s = {0.0f, 0.0f};
     for (int i = threadIdx.x; i < group_size; i += kStatsThreads) s.a += to_float(group[i]);
-    s = block_sum(s);
+    s = block_sum<kStatsThreads>(s);
     if (threadIdx.x == 0) stats[2 * blockIdx.x] = s.a / static_cast<float>(group_size);
 }
 
@@ -88,7 +73,7 @@ __global__ void __launch_bounds__(kStatsThreads)
         s.a += d * d;
         s.b += d;
     }
-    s = block_sum(s);
+    s = block_sum<kStatsThreads>(s);
     if (threadIdx.x == 0) {
         const float n = static_cast<float>(group_size), correction = s.b / n;
         const float variance = fmaxf((s.a - s.b * correction) / n, 0.0f);  // biased, as torch
@@ -204,7 +189,16 @@ cudaError_t group_norm_launch(int version, const T* x, T* y, const T* gamma, con
     return launch_per_plane(x, y, batch, channels, plane_size, op, stream);
 }
 
+template <class T>
+cudaError_t group_norm_stats_launch(const T* x, float* stats, int batch, int channels,
+                                    int plane_size, int groups, float eps, cudaStream_t stream) {
+    return launch_v2_welford(x, stats, batch * groups, channels / groups * plane_size, eps,
+                             stream);
+}
+
 #define X(T)                                                                                   \
+    template cudaError_t group_norm_stats_launch<T>(const T*, float*, int, int, int, int, float, \
+                                                    cudaStream_t);                             \
     template cudaError_t group_norm_launch<T>(int, const T*, T*, const T*, const T*, const T*, \
                                               float*, int, int, int, int, float, cudaStream_t);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)

@@ -29,3 +29,51 @@ scale = _fake("scale")
 min_add_mul = _fake("min_add_mul")
 max_pool2d_clamp = _fake("max_pool2d_clamp")
 clamp = _fake("clamp")
+
+
+# The private backward operators (scratchops._library.BACKWARD_SCHEMAS): only scratchops'
+# backward formulas call them, with tensors their forward checked, so the fakes give the shape.
+def _col2im(grad, input_size, kernel_size, dilation, padding, stride):
+    channels = grad.shape[1] // (kernel_size[0] * kernel_size[1])
+    return grad.new_empty((grad.shape[0], channels, *input_size))
+
+
+def _conv2d_input_grad(grad, weight, input_size, stride, padding, dilation, workspace_bytes,
+                       gemm_version):
+    return grad.new_empty(input_size)
+
+
+def _conv2d_weight_grad(grad, input, weight_size, stride, padding, dilation, workspace_bytes,
+                        gemm_version):
+    return grad.new_empty(weight_size)
+
+
+def _channel_sums(input, other, factor):
+    return input.new_empty((input.shape[1],))
+
+
+def _transpose(input):
+    return input.new_empty((*input.shape[:-2], input.shape[-1], input.shape[-2]))
+
+
+def _batch_sum(input):
+    return input.new_empty(input.shape[1:])
+
+
+def _group_norm_backward(grad, input, num_groups, weight, bias, scale, eps):
+    def param(p):
+        return input.new_empty(p.shape if p is not None else (0,))
+
+    return input.new_empty(input.shape), param(weight), param(bias), param(scale)
+
+
+def _max_pool2d_clamp_backward(grad, input, kernel_size, stride, padding, min, max):
+    return input.new_empty(input.shape)
+
+
+def _clamp_backward(grad, input, min, max):
+    return input.new_empty(input.shape)
+
+
+def _min_add_mul_backward(grad, input, constant, factor):
+    return input.new_empty(input.shape)

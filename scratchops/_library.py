@@ -15,25 +15,27 @@ itself: it would remove the kernel that is running.)
 Autocast: under torch.autocast("cuda", dtype) each operator follows the policy of its torch
 counterpart (the AUTOCAST table below).
 
-Autograd: every operator is forward-only for now, and says so. Its backward computes each
-input's gradient with the private operator scratchops::_backward_not_implemented, which
-raises NotImplementedError naming the operator when it runs, so .backward() through
-scratchops never returns silently with missing gradients. Raising when the backward *runs*,
-not when it is traced, lets torch.compile trace a model whose parameters require grad (its
-forward then runs as in eager mode); the backward raises then, as in eager mode. Under
+Autograd: every operator has a backward made of scratchops kernels (scratchops._backward has
+the formulas; they call the private operators of BACKWARD_SCHEMAS below, whose kernels are
+cuda/*_backward.cu and cuda/transpose.cu). The backward itself has no backward: a private
+operator's gradient raises NotImplementedError (scratchops::_backward_not_implemented) when a
+double backward runs, naming the operator, so a second-order gradient never comes back
+silently wrong or missing. Raising when that gradient *runs*, not when it is traced, keeps
+create_graph=True usable for first-order gradients and lets torch.compile trace. Under
 FakeTensorMode (tracing) that operator returns a gradient-shaped fake tensor; on real meta
 tensors it raises like on the GPU.
 """
 
 from __future__ import annotations
 
+import threading
 import types
 
 import torch
 from torch._C import _AutoDispatchBelowAutograd
 from torch._subclasses.fake_tensor import is_fake
 
-from . import _build, _fakes
+from . import _backward, _build, _fakes
 from ._validate import ONE_PASS_POOL
 from .versions import (CONV2D_ALGORITHMS, DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_GROUP_NORM_VERSION,
                        DEFAULT_IM2COL_GEMM_VERSION, DEFAULT_MAX_POOL2D_VERSION)
@@ -61,6 +63,30 @@ SCHEMAS = {
     "max_pool2d_clamp": "(Tensor input, int[2] kernel_size, int[2] stride, int[2] padding, "
                         "float min, float max, int version) -> Tensor",
     "clamp": "(Tensor input, float min, float max) -> Tensor",
+}
+
+# The private operators the backward formulas (scratchops._backward) are made of, one kernel
+# each (binding.cpp, each_backward_operator): callers are those formulas only.
+BACKWARD_SCHEMAS = {
+    "_col2im": "(Tensor grad, int[] input_size, int[] kernel_size, int[] dilation, "
+               "int[] padding, int[] stride) -> Tensor",
+    "_conv2d_input_grad": "(Tensor grad, Tensor weight, int[] input_size, int[] stride, "
+                          "int[] padding, int[] dilation, int workspace_bytes, "
+                          "int gemm_version) -> Tensor",
+    "_conv2d_weight_grad": "(Tensor grad, Tensor input, int[] weight_size, int[] stride, "
+                           "int[] padding, int[] dilation, int workspace_bytes, "
+                           "int gemm_version) -> Tensor",
+    "_channel_sums": "(Tensor input, Tensor? other, float factor) -> Tensor",
+    "_transpose": "(Tensor input) -> Tensor",
+    "_batch_sum": "(Tensor input) -> Tensor",
+    "_group_norm_backward": "(Tensor grad, Tensor input, int num_groups, Tensor? weight, "
+                            "Tensor? bias, Tensor? scale, float eps) "
+                            "-> (Tensor, Tensor, Tensor, Tensor)",
+    "_max_pool2d_clamp_backward": "(Tensor grad, Tensor input, int[] kernel_size, int[] stride, "
+                                  "int[] padding, float min, float max) -> Tensor",
+    "_clamp_backward": "(Tensor grad, Tensor input, float min, float max) -> Tensor",
+    "_min_add_mul_backward": "(Tensor grad, Tensor input, float constant, float factor) "
+                             "-> Tensor",
 }
 
 _LIB = torch.library.Library("scratchops", "DEF")
@@ -109,11 +135,13 @@ def install_cuda_kernels() -> None:
     cuda_kernels_installed = True
 
 
-def backward_error(name: str) -> NotImplementedError:
+def backward_error(what: str) -> NotImplementedError:
+    """The error of a double backward; `what` names the public operator and the step of its
+    backward whose gradient was asked for (_no_backward)."""
     return NotImplementedError(
-        f"scratchops.{name}: backward is not implemented (scratchops kernels are forward-only "
-        "for now); run the forward under torch.no_grad() or torch.inference_mode(), or train "
-        "with torch's own operators")
+        f"scratchops.{what}: double backward is not implemented (the backward is made of "
+        "scratchops kernels that have no backward of their own); scratchops computes "
+        "first-order gradients only")
 
 
 _LIB.define("_backward_not_implemented(str op, Tensor grad, SymInt[] shape) -> Tensor")
@@ -134,14 +162,40 @@ torch.library.register_fake("scratchops::_backward_not_implemented",
                             _backward_not_implemented_fake, lib=_LIB)
 
 
+# The public operator whose backward is running on this thread, if any: a private operator's
+# double-backward error names it.
+_running = threading.local()
+
+
+def _backward_of(name: str):
+    """The backward formula of public operator `name` (scratchops._backward), noting itself
+    as the running one while it runs."""
+    formula = getattr(_backward, f"backward_{name}")
+
+    def backward(ctx, *grads):
+        outer = getattr(_running, "name", None)
+        _running.name = name
+        try:
+            return formula(ctx, *grads)
+        finally:
+            _running.name = outer
+
+    backward.__name__ = f"backward_{name}"
+    return backward
+
+
 def _save_input_shapes(ctx, inputs, output):
     ctx.input_shapes = [x.shape if isinstance(x, torch.Tensor) else None for x in inputs]
+    ctx.public_name = getattr(_running, "name", None)
 
 
 def _no_backward(name: str):
-    def backward(ctx, grad):
+    """A private operator's gradient: raises backward_error when it runs (see the top)."""
+    def backward(ctx, *grads):
+        grad = next(g for g in grads if g is not None)
+        what = f"{ctx.public_name or 'operator'} (its backward's step {name})"
         return tuple(
-            OPS._backward_not_implemented(name, grad, list(shape)) if needed else None
+            OPS._backward_not_implemented(what, grad, list(shape)) if needed else None
             for shape, needed in zip(ctx.input_shapes, ctx.needs_input_grad))
 
     return backward
@@ -219,6 +273,13 @@ for _name, _schema in SCHEMAS.items():
     _LIB.define(_name + _schema)
     _PLACEHOLDERS.impl(_name, _placeholder_cuda_kernel(_name), "CUDA")
     torch.library.register_fake(f"scratchops::{_name}", getattr(_fakes, _name), lib=_LIB)
+    torch.library.register_autograd(f"scratchops::{_name}", _backward_of(_name),
+                                    setup_context=getattr(_backward, f"setup_{_name}"), lib=_LIB)
+    _LIB.impl(_name, _autocast_kernel(_name, AUTOCAST[_name]), "AutocastCUDA", with_keyset=True)
+
+for _name, _schema in BACKWARD_SCHEMAS.items():
+    _LIB.define(_name + _schema)
+    _PLACEHOLDERS.impl(_name, _placeholder_cuda_kernel(_name), "CUDA")
+    torch.library.register_fake(f"scratchops::{_name}", getattr(_fakes, _name), lib=_LIB)
     torch.library.register_autograd(f"scratchops::{_name}", _no_backward(_name),
                                     setup_context=_save_input_shapes, lib=_LIB)
-    _LIB.impl(_name, _autocast_kernel(_name, AUTOCAST[_name]), "AutocastCUDA", with_keyset=True)

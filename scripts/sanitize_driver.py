@@ -68,6 +68,48 @@ def tensor_core_kernels(engine):
             check_one_pass(f"{engine} conv2d_group_norm_pool_clamp v{version}", version)
 
 
+def check_grads(label, ours, ref, *inputs):
+    """The gradients of ours(*inputs) and ref(*inputs) for one random output gradient."""
+    leaves = [t.detach().requires_grad_() for t in inputs]
+    y = ref(*leaves)
+    g = torch.rand_like(y)
+    expected = torch.autograd.grad(y, leaves, g)
+    got = torch.autograd.grad(ours(*leaves), leaves, g)
+    for i, (a, b) in enumerate(zip(got, expected)):
+        scale = b.abs().max().item()
+        try:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * scale)
+        except AssertionError as e:
+            failures.append(f"{label} gradient {i}: {e}")
+
+
+def backward_kernels():
+    """Every backward kernel (cuda/*_backward.cu, transpose.cu), through the operators'
+    backward formulas, with chunked convolution workspaces."""
+    for ws in (1, 1 << 20):
+        check_grads(f"conv2d backward ws={ws}",
+                    lambda x, w, b: scratchops.conv2d(x, w, b, 2, 1, (1, 2), algorithm="im2col_gemm",
+                                                      workspace_bytes=ws),
+                    lambda x, w, b: F.conv2d(x, w, b, 2, 1, (1, 2)), r(3, 3, 11, 9), r(5, 3, 3, 2),
+                    r(5))
+    check_grads("gemm backward", lambda a, b, c: scratchops.gemm(a, b, c, version=4),
+                lambda a, b, c: a @ b + c[:, None], r(33, 17), r(3, 17, 45), r(33))
+    check_grads("im2col backward", lambda x: scratchops.im2col(x, (3, 2), 1, 1, 2),
+                lambda x: F.unfold(x, (3, 2), 1, 1, 2), r(2, 3, 9, 7))
+    check_grads("group_norm_scale backward",
+                lambda x, g, b, s: scratchops.group_norm_scale(x, 3, g, b, s),
+                lambda x, g, b, s: F.group_norm(x, 3, g, b) * s, r(2, 6, 5, 7), r(6), r(6),
+                r(6, 1, 1))
+    check_grads("scale / min_add_mul backward",
+                lambda x, s: scratchops.min_add_mul(scratchops.scale(x, s), 0.1, s, -2.0),
+                lambda x, s: (torch.clamp_max(x * s, 0.1) + s) * -2.0, r(2, 5, 7, 9), r(5, 1, 1))
+    check_grads("max_pool2d_clamp / clamp backward",
+                lambda x: scratchops.clamp(scratchops.max_pool2d_clamp(x, 3, 2, 1, -0.5, 0.5),
+                                           -0.2, 0.3),
+                lambda x: torch.clamp(torch.clamp(F.max_pool2d(x, 3, 2, 1), -0.5, 0.5), -0.2, 0.3),
+                r(2, 3, 11, 10))
+
+
 def main():
     hopper = torch.cuda.get_device_capability() == (9, 0)
     tensor_cores = torch.cuda.get_device_capability() >= (8, 0)
@@ -125,6 +167,8 @@ def main():
             model, model_new = build_pair(module, label, seed=0)
             with torch.no_grad():
                 check(f"{name} {label}", model_new(x), model(x))
+            check_grads(f"{name} {label} backward", model_new, model, x)
+    backward_kernels()
     torch.cuda.synchronize()
     for f in failures:
         print("MISMATCH", f)

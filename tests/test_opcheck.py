@@ -18,6 +18,18 @@ def test_opcheck(name):
     torch.library.opcheck(op, OPERATOR_SAMPLES[name]("cuda"))
 
 
+@pytest.mark.parametrize("name", sorted(OPERATOR_SAMPLES))
+def test_opcheck_with_gradients(name):
+    # Every float tensor requires grad: opcheck also checks the autograd registration and the
+    # backward under AOTAutograd's dispatch.
+    skip_unless_runnable(operator=name)
+    scratchops.load()
+    op = getattr(torch.ops.scratchops, name).default
+    args = tuple(a.requires_grad_() if isinstance(a, torch.Tensor) else a
+                 for a in OPERATOR_SAMPLES[name]("cuda"))
+    torch.library.opcheck(op, args)
+
+
 def test_poison_reaches_next_allocation():
     # The helpers' poisoning is what makes "every element written" checkable: show that the
     # allocator hands the NaN block to the next allocation of that size.

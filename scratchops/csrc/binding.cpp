@@ -41,6 +41,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -266,13 +267,13 @@ Tensor launch_into(const Tensor& x, IntArrayRef shape, const char* what, Launch&
 
 // The window of im2col, conv2d and max_pool2d over 4-D x: sizes in range, the padded input
 // 32-bit addressable and holding at least one window, so out_h, out_w >= 1.
-Conv2dGeometry window(const Tensor& x, IntArrayRef kernel, IntArrayRef stride,
-                      IntArrayRef padding, IntArrayRef dilation) {
+Conv2dGeometry window_of(int64_t channels, int64_t height, int64_t width, IntArrayRef kernel,
+                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
     SCRATCHOPS_ARG(kernel.size() == 2 && stride.size() == 2 && padding.size() == 2 &&
                        dilation.size() == 2, "window sizes must have 2 values");
     int64_t out[2];
     for (int i = 0; i < 2; ++i) {
-        const int64_t padded = x.size(2 + i) + 2 * padding[i];
+        const int64_t padded = (i == 0 ? height : width) + 2 * padding[i];
         const int64_t span = dilation[i] * (kernel[i] - 1) + 1;
         SCRATCHOPS_ARG(std::min({kernel[i], stride[i], dilation[i], padding[i] + 1}) >= 1 &&
                            std::max({kernel[i], stride[i], dilation[i], padding[i]}) <= kMaxGeometry &&
@@ -280,9 +281,13 @@ Conv2dGeometry window(const Tensor& x, IntArrayRef kernel, IntArrayRef stride,
                        "window sizes out of range, or the window exceeds the input");
         out[i] = (padded - span) / stride[i] + 1;
     }
-    return {i32(x.size(1)), i32(x.size(2)), i32(x.size(3)), i32(kernel[0]), i32(kernel[1]),
+    return {i32(channels), i32(height), i32(width), i32(kernel[0]), i32(kernel[1]),
             i32(stride[0]), i32(stride[1]), i32(padding[0]), i32(padding[1]), i32(dilation[0]),
             i32(dilation[1]), i32(out[0]), i32(out[1])};
+}
+Conv2dGeometry window(const Tensor& x, IntArrayRef kernel, IntArrayRef stride,
+                      IntArrayRef padding, IntArrayRef dilation) {
+    return window_of(x.size(1), x.size(2), x.size(3), kernel, stride, padding, dilation);
 }
 
 // ---------------------------------------------------------------------------- im2col, GEMM
@@ -510,16 +515,22 @@ Tensor min_add_mul_cuda(const Tensor& x, double constant, const Tensor& bias, do
 }
 
 // --------------------------------------------------------------------- pooling and clamp
-Tensor max_pool2d_clamp_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride,
-                             IntArrayRef padding, double min, double max, int64_t version) {
+// The pooling window over 4-D x (dilation 1), padding at most half the kernel (torch's rule).
+PoolGeometry pool_window(const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride,
+                         IntArrayRef padding) {
     check_tensor(x, "input", 4, 4, nullptr, kAllButBatch);  // F.max_pool2d: only a 0 batch
     const int64_t one[] = {1, 1};
     const Conv2dGeometry w = window(x, kernel_size, stride, padding, one);
     SCRATCHOPS_ARG(2 * w.pad_h <= w.kernel_h && 2 * w.pad_w <= w.kernel_w,
                    "max_pool2d padding must be at most half the kernel size");
+    return {w.height, w.width, w.kernel_h, w.kernel_w, w.stride_h,
+            w.stride_w, w.pad_h, w.pad_w, w.out_h, w.out_w};
+}
+
+Tensor max_pool2d_clamp_cuda(const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride,
+                             IntArrayRef padding, double min, double max, int64_t version) {
+    const PoolGeometry g = pool_window(x, kernel_size, stride, padding);
     check_choice(version, kMaxPool2dVersions, "version");
-    const PoolGeometry g{w.height, w.width, w.kernel_h, w.kernel_w, w.stride_h,
-                         w.stride_w, w.pad_h, w.pad_w, w.out_h, w.out_w};
     return launch_into(x, {x.size(0), x.size(1), g.out_h, g.out_w}, "max_pool2d_clamp",
                        [&](auto e, auto* y, cudaStream_t s) {
         using T = typename decltype(e)::type;
@@ -534,6 +545,225 @@ Tensor clamp_cuda(const Tensor& x, double min, double max) {
         using T = typename decltype(e)::type;
         return clamp_launch<T>(data<T>(x), y, i32(x.numel()), f32(min), f32(max), s);
     });
+}
+
+// ------------------------------------------------------------------------------ backward
+// The private operators scratchops::_<name> that the public operators' backward formulas
+// (scratchops/_backward.py) are made of. Only those formulas call them, with tensors the
+// forward checked; the checks here keep every kernel inside its buffers all the same.
+
+// grad must have exactly `shape` (and x's device and dtype).
+void check_grad(const Tensor& grad, const Tensor& x, IntArrayRef shape) {
+    check_tensor(grad, "grad", 0, 64, &x);
+    SCRATCHOPS_ARG(grad.sizes() == shape, "grad must have the forward output's shape");
+}
+
+// The gradient of im2col: cols (N, C*kh*kw, L) back to (N, C, H, W), (H, W) = input_size.
+Tensor col2im_cuda(const Tensor& cols, IntArrayRef input_size, IntArrayRef kernel_size,
+                   IntArrayRef dilation, IntArrayRef padding, IntArrayRef stride) {
+    check_tensor(cols, "grad", 3, 3);
+    SCRATCHOPS_ARG(input_size.size() == 2 && kernel_size.size() == 2 && kernel_size[0] >= 1 &&
+                       kernel_size[1] >= 1 && cols.size(1) % (kernel_size[0] * kernel_size[1]) == 0,
+                   "col2im sizes do not match the columns");
+    const int64_t channels = cols.size(1) / (kernel_size[0] * kernel_size[1]);
+    const Conv2dGeometry g =
+        window_of(channels, input_size[0], input_size[1], kernel_size, stride, padding, dilation);
+    SCRATCHOPS_ARG(cols.size(2) == int64_t{g.out_h} * g.out_w, "col2im sizes do not match the columns");
+    return launch_into(cols, {cols.size(0), channels, input_size[0], input_size[1]}, "col2im",
+                       [&](auto e, auto* dx, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        return col2im_launch<T>(data<T>(cols), dx, i32(cols.size(0)), g, s);
+    });
+}
+
+// What both convolution gradients share: the geometry, grad's shape checked against it, and
+// one image's columns 32-bit addressable.
+Conv2dGeometry conv_grad_window(const Tensor& grad, int64_t batch, int64_t channels,
+                                int64_t height, int64_t width, int64_t out_channels,
+                                IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding,
+                                IntArrayRef dilation) {
+    const Conv2dGeometry g = window_of(channels, height, width, kernel, stride, padding, dilation);
+    SCRATCHOPS_ARG(grad.dim() == 4 && grad.size(0) == batch && grad.size(1) == out_channels &&
+                       grad.size(2) == g.out_h && grad.size(3) == g.out_w,
+                   "grad must have the convolution output's shape");
+    SCRATCHOPS_ARG(channels * kernel[0] * kernel[1] * g.out_h * g.out_w <= kMaxElements,
+                   "the convolution's backward needs one image's column matrix (C*kh*kw x "
+                   "out_h*out_w) below 2^31 elements (32-bit indexing)");
+    return g;
+}
+
+// dx of conv2d (input_size = (N, C, H, W)) through Wᵀ @ dy and col2im, in a workspace of at
+// most workspace_bytes (at least one image's columns).
+Tensor conv2d_input_grad_cuda(const Tensor& grad, const Tensor& weight, IntArrayRef input_size,
+                              IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                              int64_t workspace_bytes, int64_t gemm_version) {
+    check_tensor(weight, "weight", 4, 4, nullptr, kAll);
+    check_tensor(grad, "grad", 4, 4, &weight);
+    SCRATCHOPS_ARG(input_size.size() == 4 && input_size[1] == weight.size(1),
+                   "input_size must be (N, C, H, W) with the weight's C");
+    check_choice(gemm_version, kGemmFirstTensorCoreVersion - 1, "gemm_version");
+    const Conv2dGeometry g =
+        conv_grad_window(grad, input_size[0], input_size[1], input_size[2], input_size[3],
+                         weight.size(0), weight.sizes().slice(2), stride, padding, dilation);
+    return launch_into(weight, input_size, "conv2d input gradient",
+                       [&](auto e, auto* dx, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        const long long elements = conv2d_grad_workspace_elements<T>(
+            false, i32(input_size[0]), i32(weight.size(0)), g, workspace_bytes);
+        const at::DataPtr ws = workspace(elements * static_cast<long long>(sizeof(T)));
+        return conv2d_input_grad_launch<T>(data<T>(grad), data<T>(weight), dx,
+                                           i32(input_size[0]), i32(weight.size(0)), g,
+                                           i32(gemm_version), static_cast<T*>(ws.get()),
+                                           elements, s);
+    });
+}
+
+// dW of conv2d (weight_size = (Cout, C, kh, kw)) as the sum over images of dy @ im2col(x)ᵀ.
+Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef weight_size,
+                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                               int64_t workspace_bytes, int64_t gemm_version) {
+    check_tensor(x, "input", 4, 4, nullptr, kAll);
+    check_tensor(grad, "grad", 4, 4, &x);
+    SCRATCHOPS_ARG(weight_size.size() == 4 && weight_size[1] == x.size(1) &&
+                       weight_size[0] >= 1 && weight_size[0] <= kMaxElements,
+                   "weight_size must be (Cout, C, kh, kw) with the input's C");
+    check_choice(gemm_version, kGemmFirstTensorCoreVersion - 1, "gemm_version");
+    const Conv2dGeometry g =
+        conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight_size[0],
+                         weight_size.slice(2), stride, padding, dilation);
+    return launch_into(x, weight_size, "conv2d weight gradient",
+                       [&](auto e, auto* dw, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        const long long elements = conv2d_grad_workspace_elements<T>(
+            true, i32(x.size(0)), i32(weight_size[0]), g, workspace_bytes);
+        const at::DataPtr ws = workspace(elements * static_cast<long long>(sizeof(T)));
+        return conv2d_weight_grad_launch<T>(data<T>(grad), data<T>(x), dw, i32(x.size(0)),
+                                            i32(weight_size[0]), g, i32(gemm_version),
+                                            static_cast<T*>(ws.get()), elements, s);
+    });
+}
+
+// out[c] = factor * sum of x (times other, when given) over every dimension but dim 1.
+Tensor channel_sums_cuda(const Tensor& x, const OptTensor& other, double factor) {
+    const Planes p = planes(x);
+    if (other.has_value()) check_grad(*other, x, x.sizes());
+    return launch_into(x, {x.size(1)}, "channel sums", [&](auto e, auto* out, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        return channel_sums_launch<T>(data<T>(x), data<T>(other), f32(factor), out, p.batch,
+                                      p.channels, p.size, s);
+    });
+}
+
+// x[b]ᵀ for each matrix of a 2-D or 3-D tensor.
+Tensor transpose_cuda(const Tensor& x) {
+    check_tensor(x, "input", 2, 3);
+    const int64_t rows = x.size(-2), cols = x.size(-1), batch = x.dim() == 3 ? x.size(0) : 1;
+    std::vector<int64_t> shape{cols, rows};
+    if (x.dim() == 3) shape.insert(shape.begin(), batch);
+    return launch_into(x, shape, "transpose", [&](auto e, auto* y, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        return transpose_launch<T, T>(data<T>(x), y, i32(batch), i32(rows), i32(cols), s);
+    });
+}
+
+// The sum over dim 0, in order.
+Tensor batch_sum_cuda(const Tensor& x) {
+    check_tensor(x, "input", 2, 8);
+    const int64_t n = x.size(0) ? x.numel() / x.size(0) : 0;
+    return launch_into(x, x.sizes().slice(1), "batch sum", [&](auto e, auto* y, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        return batch_sum_launch<T, T>(data<T>(x), nullptr, y, i32(x.size(0)), i32(n), s);
+    });
+}
+
+// dx and the parameters' gradients of group_norm(x) * scale: (dx, dweight, dbias, dscale),
+// each parameter's empty (0 elements) when the parameter is absent.
+std::tuple<Tensor, Tensor, Tensor, Tensor> group_norm_backward_cuda(
+    const Tensor& grad, const Tensor& x, int64_t num_groups, const OptTensor& weight,
+    const OptTensor& bias, const OptTensor& scale, double eps) {
+    const Planes p = planes(x);
+    check_grad(grad, x, x.sizes());
+    check_groups(num_groups, p.channels, eps);
+    check_per_channel(weight, x, "weight", p.channels, x.dim(), true);
+    check_per_channel(bias, x, "bias", p.channels, x.dim(), true);
+    check_per_channel(scale, x, "scale", p.channels, x.dim());
+    c10::cuda::CUDAGuard guard(x.device());
+    const auto param_grad = [&](const OptTensor& param) {
+        return param.has_value() ? at::empty(param->sizes(), x.options())
+                                 : at::empty({0}, x.options());
+    };
+    Tensor dx = at::empty(x.sizes(), x.options());
+    Tensor dweight = param_grad(weight), dbias = param_grad(bias), dscale = param_grad(scale);
+    if (p.channels == 0) return {dx, dweight, dbias, dscale};
+    // (Not launch_into: an empty batch still has parameter gradients, of 0, to write.)
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    const cudaError_t err = with_element_type(x, [&](auto e) {
+        using T = typename decltype(e)::type;
+        const at::DataPtr ws =
+            workspace(group_norm_backward_workspace_bytes(p.batch, p.channels, i32(num_groups)));
+        const auto out = [](Tensor& t) {
+            return t.numel() ? static_cast<T*>(t.data_ptr()) : nullptr;
+        };
+        return group_norm_backward_launch<T>(data<T>(grad), data<T>(x), data<T>(weight),
+                                             data<T>(bias), data<T>(scale), out(dx), out(dweight),
+                                             out(dbias), out(dscale), ws.get(), p.batch,
+                                             p.channels, p.size, i32(num_groups), f32(eps),
+                                             stream);
+    });
+    TORCH_CHECK(err == cudaSuccess, "scratchops: group_norm backward failed: ",
+                cudaGetErrorString(err));
+    return {dx, dweight, dbias, dscale};
+}
+
+Tensor max_pool2d_clamp_backward_cuda(const Tensor& grad, const Tensor& x, IntArrayRef kernel_size,
+                                      IntArrayRef stride, IntArrayRef padding, double min,
+                                      double max) {
+    const PoolGeometry g = pool_window(x, kernel_size, stride, padding);
+    check_grad(grad, x, {x.size(0), x.size(1), g.out_h, g.out_w});
+    const int planes = i32(x.size(0) * x.size(1));
+    return launch_into(x, x.sizes(), "max_pool2d backward", [&](auto e, auto* dx, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        const at::DataPtr ws = workspace(max_pool2d_clamp_backward_workspace_bytes(planes, g));
+        return max_pool2d_clamp_backward_launch<T>(data<T>(grad), data<T>(x), dx, planes, g,
+                                                   f32(min), f32(max), ws.get(), s);
+    });
+}
+
+Tensor clamp_backward_cuda(const Tensor& grad, const Tensor& x, double min, double max) {
+    check_tensor(x, "input", 0, 64);
+    check_grad(grad, x, x.sizes());
+    return launch_into(x, x.sizes(), "clamp backward", [&](auto e, auto* dx, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        return clamp_backward_launch<T>(data<T>(grad), data<T>(x), dx, i32(x.numel()), f32(min),
+                                        f32(max), s);
+    });
+}
+
+Tensor min_add_mul_backward_cuda(const Tensor& grad, const Tensor& x, double constant,
+                                 double factor) {
+    check_tensor(x, "input", 0, 64);
+    check_grad(grad, x, x.sizes());
+    return launch_into(x, x.sizes(), "min_add_mul backward", [&](auto e, auto* dx, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        return min_add_mul_backward_launch<T>(data<T>(grad), data<T>(x), dx, i32(x.numel()),
+                                              f32(constant), f32(factor), s);
+    });
+}
+
+// The private backward operators with their CUDA implementations (names without the leading
+// underscore of scratchops::_<name>).
+template <class Register>
+void each_backward_operator(Register&& reg) {
+    reg("_col2im", &col2im_cuda);
+    reg("_conv2d_input_grad", &conv2d_input_grad_cuda);
+    reg("_conv2d_weight_grad", &conv2d_weight_grad_cuda);
+    reg("_channel_sums", &channel_sums_cuda);
+    reg("_transpose", &transpose_cuda);
+    reg("_batch_sum", &batch_sum_cuda);
+    reg("_group_norm_backward", &group_norm_backward_cuda);
+    reg("_max_pool2d_clamp_backward", &max_pool2d_clamp_backward_cuda);
+    reg("_clamp_backward", &clamp_backward_cuda);
+    reg("_min_add_mul_backward", &min_add_mul_backward_cuda);
 }
 
 // Each operator with its CUDA implementation, for both registrations below.
@@ -558,9 +788,11 @@ void register_public_kernels() {
     static const torch::Library* registered = [] {
         auto* library = new torch::Library(torch::Library::IMPL, "scratchops",
                                            c10::DispatchKey::CUDA, __FILE__, __LINE__);
-        each_operator([&](const char* name, auto* implementation) {
+        const auto impl = [&](const char* name, auto* implementation) {
             library->impl(name, implementation);
-        });
+        };
+        each_operator(impl);
+        each_backward_operator(impl);
         return library;
     }();
     (void)registered;
@@ -604,9 +836,11 @@ void def_direct_call(pybind11::module_& module, const char* name, Result (*)(Arg
 // The same implementations as scratchops_cuda::<name>, with schemas inferred from the C++
 // signatures, for the placeholders to call before register_public_kernels has run.
 TORCH_LIBRARY(scratchops_cuda, m) {
-    each_operator([&](const char* name, auto* implementation) {
+    const auto def = [&](const char* name, auto* implementation) {
         m.def(name, torch::dispatch(c10::DispatchKey::CUDA, implementation));
-    });
+    };
+    each_operator(def);
+    each_backward_operator(def);
     m.def("register_public_kernels", &register_public_kernels);
     m.def("set_tensor_core_path", &set_tensor_core_path);
     m.def("get_tensor_core_path", &get_tensor_core_path);

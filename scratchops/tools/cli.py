@@ -4,6 +4,8 @@
                      torch (fp32 and float64) and timed beside torch eager and torch.compile
   scratchops bench   microbenchmarks of every kernel against its torch counterpart and the
                      measured ceilings (scratchops.tools.bench), written as JSON and PNG plots
+  scratchops train   both ModelNews trained beside torch's Models (forward and backward on
+                     scratchops kernels): step times and both loss curves (scratchops.tools.train)
   scratchops sass    a kernel file's machine code counted by kind of instruction, per kernel
                      (scratchops.tools.sass): no GPU needed
 
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import scratchops
 
-from . import bench, main_job, sass
+from . import bench, main_job, sass, train
 from .main_job import DTYPES, PROBLEM_KEYS
 from .timing import DEFAULT_REPEATS
 
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Hand-written CUDA kernels for KernelBench P85 and P31, checked and "
                     "timed against PyTorch. Needs a CUDA GPU.")
     commands = parser.add_subparsers(dest="command", required=True,
-                                     metavar="{run,bench,sass}")
+                                     metavar="{run,bench,train,sass}")
 
     run = commands.add_parser(
         "run", help="check and time the two KernelBench problems against torch",
@@ -116,6 +118,26 @@ def build_parser() -> argparse.ArgumentParser:
     _tensor_core_path_option(bench_parser)
     bench_parser.set_defaults(handler=cmd_bench)
 
+    train_parser = commands.add_parser(
+        "train", help="train both ModelNews beside torch's Models and compare the loss curves",
+        description="Train each problem's Model and ModelNew from the same parameters on a fixed "
+                    "synthetic task (a teacher model's outputs on a fixed batch; MSE; SGD with "
+                    "momentum), TF32 off; print each one's step time and the loss curves' "
+                    "largest difference; write DIR/train.json and DIR/loss_curves.png.")
+    train_parser.add_argument("--problem", choices=(*PROBLEM_KEYS, "all"), default="all",
+                              help="which problem (default: all)")
+    train_parser.add_argument("--steps", type=_positive_int, default=train.DEFAULT_STEPS,
+                              metavar="N", help="training steps (default: %(default)s)")
+    train_parser.add_argument("--batch", type=_positive_int, default=train.DEFAULT_BATCH,
+                              metavar="N", help="batch size, at KernelBench's image size "
+                                                "(default: %(default)s)")
+    train_parser.add_argument("--seed", type=int, default=0,
+                              help="seed for parameters, teacher and input (default: 0)")
+    train_parser.add_argument("--out", type=Path, default=Path("train_out"), metavar="DIR",
+                              help="output directory (default: train_out)")
+    _tensor_core_path_option(train_parser)
+    train_parser.set_defaults(handler=cmd_train)
+
     sass_parser = commands.add_parser(
         "sass", help="count a kernel file's SASS instructions by kind (no GPU needed)",
         description="Compile one file of cuda/ for one architecture with nvcc and count its "
@@ -153,6 +175,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     kernels = list(dict.fromkeys(args.kernels)) or list(bench.KERNELS)
     repeats = args.repeats or (bench.QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     return bench.run_bench(kernels, quick=args.quick, repeats=repeats, out_dir=args.out)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    if _gpu_missing("train"):
+        return 2
+    scratchops.set_tensor_core_path(args.tensor_core_path)
+    return train.run_train(args)
 
 
 def cmd_sass(args: argparse.Namespace) -> int:

@@ -193,9 +193,46 @@ def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict,
     result = {"name": module.NAME, "batch": batch, "input_shape": list(shape),
               "dtype": str(dtype).removeprefix("torch."),
               "implementations": entries, "speedups": speedups, "ok": ok,
-              "batch1_sync": {} if half else batch1_latency(module, args)}
+              "batch1_sync": {} if half else batch1_latency(module, args),
+              "training_step": {} if half else training_step(module, shape, args)}
     print(problem_table(key, result))
     return result
+
+
+def training_step(module, shape: tuple[int, ...], args: argparse.Namespace) -> dict:
+    """The training step at the run's input shape, TF32 off: forward, then backward with a
+    fixed output gradient (the gradients of the input and of every parameter), GPU ms (median,
+    L2 flushed) of torch eager, torch.compile (of the model; its backward compiled by
+    AOTAutograd) and ModelNew's default variant; and ModelNew's largest gradient error against
+    eager's, relative to each gradient's largest magnitude."""
+    model, new = build_pair(module, next(iter(module.VARIANTS)), args.seed)
+    model.train(), new.train()
+    generator = torch.Generator(device="cuda").manual_seed(args.seed)
+    x = torch.rand(shape, device="cuda", generator=generator).requires_grad_()
+    impls = {"eager": model, "ModelNew": new}
+    if not args.no_compile:
+        torch._dynamo.reset()
+        impls["compile"] = torch.compile(model)
+
+    def step(m):
+        def run():
+            x.grad = None
+            m.zero_grad(set_to_none=True)
+            m(x).backward(out_grad)
+        return run
+
+    def grads(m):
+        step(m)()
+        return [x.grad.clone()] + [p.grad.clone() for p in m.parameters()]
+
+    with torch.enable_grad(), tf32_disabled():
+        with torch.no_grad():
+            out_grad = torch.rand(model(x).shape, device="cuda", generator=generator)
+        _status(f"training step: {', '.join(impls)}")
+        times = {k: time_cuda(step(m), repeats=args.repeats).median_ms for k, m in impls.items()}
+        error = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+                    for a, b in zip(grads(new), grads(model)))
+    return {"ms": times, "max_relative_grad_err_vs_eager": error}
 
 
 def batch1_latency(module, args: argparse.Namespace) -> dict:
@@ -242,6 +279,12 @@ def problem_table(key: str, result: dict) -> str:
     if result["batch1_sync"]:
         lines += ["", "batch 1, KernelBench's way (ms, synchronised after each call): " +
                   "  ".join(f"{label} {ms:.4f}" for label, ms in result["batch1_sync"].items())]
+    if result.get("training_step"):
+        t = result["training_step"]
+        lines += ["", "training step (forward + backward, TF32 off; GPU ms): " +
+                  "  ".join(f"{label} {ms:.3f}" for label, ms in t["ms"].items()) +
+                  f"; ModelNew's gradients vs eager's: max error "
+                  f"{t['max_relative_grad_err_vs_eager']:.2e} of each gradient's largest value"]
     torch_keys = [k for k, e in entries.items() if e["kind"] == "torch"]
     if result["speedups"]:
         columns = [("speedup (torch ms / ours)", "<")]
@@ -274,6 +317,13 @@ def summary_lines(results: dict, env: dict, repeats: int) -> list[str]:
                 f"{b1['ModelNew ' + setting]:.4f} "
                 f"(x{b1['eager ' + setting] / b1['ModelNew ' + setting]:.2f})"
                 for setting in ("TF32 off", "defaults")))
+        step = result.get("training_step")
+        if step:
+            ms = step["ms"]
+            lines.append(f"  {key} b{result['batch']} training step (ms)  " + "  ".join(
+                f"{label} {t:.3f}" for label, t in ms.items()) + "  ModelNew " + "  ".join(
+                f"x{ms[label] / ms['ModelNew']:.2f} vs {label}" for label in ms
+                if label != "ModelNew"))
     ok = all(r["ok"] for r in results.values())
     lines.append(f"all ModelNew outputs allclose (atol = rtol = {ATOL:g}) to torch fp32 and "
                  f"float64 with TF32 off, and to torch eager under torch's defaults; in fp16 "

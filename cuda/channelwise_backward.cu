@@ -1,0 +1,96 @@
+// channelwise_backward.cu — the gradients of the per-channel operators (channelwise.cu) and
+// the per-channel sums every bias-like gradient is made of.
+//
+//   channel_sums:          out[c] = factor * sum over n, s of a[n][c][s] * b[n][c][s]
+//                          (b absent: of a alone). The gradient of a per-channel bias added to
+//                          y is the sum of dy over the batch and the plane (b absent); that of a
+//                          per-channel scale multiplying x is the sum of dy * x.
+//   min_add_mul_backward:  the input gradient of y = (min(x, constant) + bias[c]) * factor:
+//                          dx = dy * factor where x < constant, half of it where x equals the
+//                          constant, 0 where x > constant; NaN's x passes it whole. That is
+//                          torch.minimum's rule (a tie splits the gradient between the two
+//                          sides), which P31's torch.min(x, tensor(constant)) follows.
+// scale's input gradient is scale itself (dx = dy * scale[c]: channelwise.cu's scale_launch).
+//
+// Element types: float, fp16 and bf16 (element.cuh). In the half types torch computes dy *
+// factor in the type (mul's gradient) before the min's rule halves or masks it; so does
+// min_add_mul_backward (element.cuh: rounded). The sums are float (double inside each thread,
+// below).
+//
+// Versions, one idea each (one version each here):
+//   channel_sums v1 per_channel  one block per channel walks the batch's planes of it; each
+//                                thread keeps a double sum of its elements (a thread adds up to
+//                                N*S/256 terms: 8,000 for P31's bias, where a float sum would
+//                                lose about 2^-24 * 8,000 of it), then the block adds the
+//                                threads' sums (common.cuh: block_sum) in a fixed order
+//   min_add_mul_backward v1     one thread per element
+
+#include "common.cuh"
+#include "launchers.h"
+
+namespace scratchops {
+namespace {
+
+constexpr int kSumThreads = 256;
+constexpr int kElementThreads = 256;
+
+// Block c = blockIdx.x: planes (n, c) for n = 0 .. batch-1, each plane_size long; thread t
+// takes elements t, t + 256, ... of each. Offsets (n*C + c)*S + s < numel < 2^31.
+template <class T>
+__global__ void __launch_bounds__(kSumThreads)
+    channel_sums_kernel(const T* __restrict__ a, const T* __restrict__ b, float factor,
+                        T* __restrict__ out, int batch, int channels, int plane_size) {
+    const int c = blockIdx.x;
+    double sum = 0.0;
+    for (int n = 0; n < batch; ++n) {
+        const int plane = (n * channels + c) * plane_size;
+        for (int s = threadIdx.x; s < plane_size; s += kSumThreads) {
+            const float v = to_float(a[plane + s]);
+            sum += b != nullptr ? static_cast<double>(v) * to_float(b[plane + s]) : v;
+        }
+    }
+    const Sums total = block_sum<kSumThreads>({static_cast<float>(sum), 0.0f});
+    if (threadIdx.x == 0) out[c] = from_float<T>(factor * total.a);
+}
+
+template <class T>
+__global__ void min_add_mul_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                            T* __restrict__ dx, int n, float constant,
+                                            float factor) {
+    const unsigned index = blockIdx.x * kElementThreads + threadIdx.x;
+    if (index >= static_cast<unsigned>(n)) return;
+    const int i = static_cast<int>(index);
+    const float v = to_float(x[i]), c = rounded<T>(constant);  // the forward's min compares in T
+    const float share = v > c ? 0.0f : v == c ? 0.5f : 1.0f;   // NaN: neither test holds: 1
+    dx[i] = from_float<T>(rounded<T>(to_float(dy[i]) * factor) * share);
+}
+
+}  // namespace
+
+template <class T>
+cudaError_t channel_sums_launch(const T* a, const T* b, float factor, T* out, int batch,
+                                int channels, int plane_size, cudaStream_t stream) {
+    channel_sums_kernel<T><<<channels, kSumThreads, 0, stream>>>(a, b, factor, out, batch,
+                                                                 channels, plane_size);
+    return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t min_add_mul_backward_launch(const T* dy, const T* x, T* dx, int n, float constant,
+                                        float factor, cudaStream_t stream) {
+    const int blocks = static_cast<int>((static_cast<long long>(n) + kElementThreads - 1) /
+                                        kElementThreads);
+    min_add_mul_backward_kernel<T><<<blocks, kElementThreads, 0, stream>>>(dy, x, dx, n,
+                                                                           constant, factor);
+    return cudaGetLastError();
+}
+
+#define X(T)                                                                                   \
+    template cudaError_t channel_sums_launch<T>(const T*, const T*, float, T*, int, int, int,  \
+                                                cudaStream_t);                                 \
+    template cudaError_t min_add_mul_backward_launch<T>(const T*, const T*, T*, int, float,    \
+                                                        float, cudaStream_t);
+SCRATCHOPS_FOR_EACH_ELEMENT(X)
+#undef X
+
+}  // namespace scratchops

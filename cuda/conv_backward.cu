@@ -1,0 +1,226 @@
+// conv_backward.cu — the gradients of a 2-D convolution, as the transpose of its im2col + GEMM
+// form (conv_im2col.cu), and col2im, the transpose of im2col.
+//
+// The forward, per image n: cols[n] = im2col(x[n]) (K x P, K = C*kh*kw taps, P = out_h*out_w
+// pixels) and y[n] = W (Cout x K) @ cols[n] + bias. Differentiating each step:
+//   input gradient   dcols[n] = Wᵀ (K x Cout) @ dy[n] (Cout x P); dx[n] = col2im(dcols[n]):
+//                    every input element is the sum of the column entries im2col copied it to
+//                    (one per tap whose window covers it), so col2im gathers them back;
+//   weight gradient  dW = sum over n of dy[n] (Cout x P) @ cols[n]ᵀ (P x K): a GEMM whose
+//                    reduction runs over every output pixel of the batch. Computed here as its
+//                    transpose, dWᵀ (K x Cout) = sum over n of cols[n] (K x P) @ dy[n]ᵀ
+//                    (P x Cout), so that the transposed operand is dy (P x Cout per image),
+//                    smaller than cols (P x K) when K > Cout, as in P31 (576 > 128);
+//   bias gradient    db[co] = sum of dy[n][co][p] over n and p (channelwise_backward.cu).
+// Both gradients run over chunks of whole images whose matrices fit a workspace (the columns of
+// P31's batch would take 4.7 GB), like the forward's im2col path.
+//
+// Deterministic: no atomics. col2im sums each input element's taps in a fixed order; the
+// weight gradient writes one partial product per image and adds them in image order
+// (transpose.cu: batch_sum) into a float accumulator, rounded to the element type at the end.
+//
+// Element types: float, fp16 and bf16 (element.cuh): the GEMMs (gemm.cu, the CUDA-core versions
+// 1-4, fp32 arithmetic whatever torch's TF32 switches say) and col2im add in float; each
+// result is rounded to the element type when stored (the per-image weight partials too).
+//
+// Versions, one idea each (one version each here):
+//   col2im v1 gather   one thread per input element, reading the column entries of the taps
+//                      that cover it: the transpose of im2col's scatter-free copy, with no
+//                      write conflicts and so no atomics
+//   input / weight     the chains above over chunks of images, on the CUDA-core GEMM the
+//   gradient v1 chain  forward's im2col path uses (its version a parameter)
+
+#include "common.cuh"
+#include "launchers.h"
+
+namespace scratchops {
+namespace {
+
+constexpr int kCol2imThreads = 256;
+constexpr int kChainIm2colVersion = 2;  // the row version, as the forward's im2col path
+
+long long round_up4(long long n) { return (n + 3) / 4 * 4; }
+
+// Element e of dx (a chunk of images of C x H x W), e = ((b*C + c)*H + h)*W + w, sums
+// cols[b][k][oh*out_w + ow] over the taps k = (c*kernel_h + i)*kernel_w + j whose window puts
+// tap (i, j) on (h, w): oh*stride_h - pad_h + i*dil_h = h, i.e. oh = (h + pad_h - i*dil_h) /
+// stride_h where that divides exactly and lands in [0, out_h); ow likewise. Taps in i, then j
+// order, in float. Offsets: the chunk's cols and dx hold fewer than 2^31 elements.
+template <class T>
+__global__ void col2im_kernel(const T* __restrict__ cols, T* __restrict__ dx, int total,
+                              Conv2dGeometry g) {
+    const unsigned index = blockIdx.x * kCol2imThreads + threadIdx.x;
+    if (index >= static_cast<unsigned>(total)) return;
+    const int e = static_cast<int>(index);
+    const int w = e % g.width;
+    const int h = (e / g.width) % g.height;
+    const int bc = e / (g.width * g.height);  // b * C + c
+    const int pixels = g.out_h * g.out_w;
+    // Row (b*C + c)*kh*kw + i*kw + j of the chunk's columns = (b*K + k) with k's channel c.
+    const T* taps = cols + bc * g.kernel_h * g.kernel_w * pixels;
+    float sum = 0.0f;
+    for (int i = 0; i < g.kernel_h; ++i) {
+        const int th = h + g.pad_h - i * g.dil_h;  // = oh * stride_h for the window's row oh
+        if (th < 0 || th % g.stride_h != 0) continue;
+        const int oh = th / g.stride_h;
+        if (oh >= g.out_h) continue;
+        for (int j = 0; j < g.kernel_w; ++j) {
+            const int tw = w + g.pad_w - j * g.dil_w;
+            if (tw < 0 || tw % g.stride_w != 0) continue;
+            const int ow = tw / g.stride_w;
+            if (ow >= g.out_w) continue;
+            sum += to_float(taps[(i * g.kernel_w + j) * pixels + oh * g.out_w + ow]);
+        }
+    }
+    dx[e] = from_float<T>(sum);
+}
+
+// The sizes both gradients' chunks are made of.
+struct GradShape {
+    long long taps, pixels;  // K = C*kh*kw, P = out_h*out_w
+};
+GradShape grad_shape(const Conv2dGeometry& g) {
+    return {static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w,
+            static_cast<long long>(g.out_h) * g.out_w};
+}
+
+// Workspace elements (of T) that stay for the whole call, and those each image of a chunk adds:
+//   input gradient:  Wᵀ (K x Cout); per image its columns' gradient (K x P);
+//   weight gradient: the float accumulator dWᵀ (K x Cout floats); per image its columns
+//                    (K x P), dy[n]ᵀ (P x Cout) and its partial dWᵀ (K x Cout).
+// Every piece starts 4-element aligned.
+struct GradWorkspace {
+    long long fixed, per_image;
+};
+template <class T>
+GradWorkspace grad_workspace(bool weight, int out_channels, const Conv2dGeometry& g) {
+    const GradShape s = grad_shape(g);
+    const long long kc = s.taps * out_channels;
+    if (!weight) return {round_up4(kc), round_up4(s.taps * s.pixels)};
+    const long long accumulator = round_up4((kc * sizeof(float) + sizeof(T) - 1) / sizeof(T));
+    return {accumulator, round_up4(s.taps * s.pixels) + round_up4(s.pixels * out_channels) +
+                             round_up4(kc)};
+}
+
+// Images per chunk: as many as the budget holds, at least one, at most the batch, and few
+// enough that a chunk's columns stay below 2^31 elements (32-bit offsets in the kernels).
+long long chunk_images(int batch, const GradShape& s, long long per_image, long long available) {
+    long long images = available / per_image;
+    const long long int32_limit = kMaxInt32Count / (s.taps * s.pixels);
+    images = images < int32_limit ? images : int32_limit;
+    images = images < batch ? images : batch;
+    return images > 1 ? images : 1;
+}
+
+}  // namespace
+
+template <class T>
+cudaError_t col2im_launch(const T* cols, T* dx, int batch, const Conv2dGeometry& g,
+                          cudaStream_t stream) {
+    const long long total = static_cast<long long>(batch) * g.channels * g.height * g.width;
+    if (total > kMaxInt32Count) return cudaErrorInvalidValue;
+    const int blocks = static_cast<int>((total + kCol2imThreads - 1) / kCol2imThreads);
+    col2im_kernel<T><<<blocks, kCol2imThreads, 0, stream>>>(cols, dx, static_cast<int>(total), g);
+    return cudaGetLastError();
+}
+
+template <class T>
+long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channels,
+                                         const Conv2dGeometry& g, long long workspace_bytes) {
+    const GradWorkspace w = grad_workspace<T>(weight, out_channels, g);
+    const long long budget = workspace_bytes / static_cast<long long>(sizeof(T));
+    const long long images = chunk_images(batch, grad_shape(g), w.per_image, budget - w.fixed);
+    return w.fixed + images * w.per_image;
+}
+
+template <class T>
+cudaError_t conv2d_input_grad_launch(const T* dy, const T* weight, T* dx, int batch,
+                                     int out_channels, const Conv2dGeometry& g, int gemm_version,
+                                     T* workspace, long long workspace_elements,
+                                     cudaStream_t stream) {
+    const GradShape s = grad_shape(g);
+    const GradWorkspace w = grad_workspace<T>(false, out_channels, g);
+    const long long images = chunk_images(batch, s, w.per_image, workspace_elements - w.fixed);
+    T* weight_t = workspace;          // Wᵀ: K x Cout
+    T* dcols = workspace + w.fixed;  // a chunk's column gradients: images x K x P
+    cudaError_t err = transpose_launch<T, T>(weight, weight_t, 1, out_channels,
+                                             static_cast<int>(s.taps), stream);
+    if (err != cudaSuccess) return err;
+    const long long image_elements = static_cast<long long>(g.channels) * g.height * g.width;
+    for (long long n0 = 0; n0 < batch; n0 += images) {
+        const int count = static_cast<int>(batch - n0 < images ? batch - n0 : images);
+        // dcols[b] (K x P) = Wᵀ (K x Cout, shared) @ dy[n0 + b] (Cout x P)
+        const GemmArgs<T> gemm{weight_t, dy + n0 * out_channels * s.pixels, nullptr, dcols,
+                               static_cast<int>(s.taps), static_cast<int>(s.pixels), out_channels,
+                               /*lda=*/out_channels, /*ldb=*/static_cast<int>(s.pixels),
+                               /*ldc=*/static_cast<int>(s.pixels), /*stride_a=*/0,
+                               /*stride_b=*/out_channels * s.pixels,
+                               /*stride_c=*/s.taps * s.pixels, count};
+        err = gemm_launch(gemm_version, gemm, nullptr, 0, stream);
+        if (err != cudaSuccess) return err;
+        err = col2im_launch(dcols, dx + n0 * image_elements, count, g, stream);
+        if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
+template <class T>
+cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int batch,
+                                      int out_channels, const Conv2dGeometry& g, int gemm_version,
+                                      T* workspace, long long workspace_elements,
+                                      cudaStream_t stream) {
+    const GradShape s = grad_shape(g);
+    const GradWorkspace w = grad_workspace<T>(true, out_channels, g);
+    const long long images = chunk_images(batch, s, w.per_image, workspace_elements - w.fixed);
+    const long long kc = s.taps * out_channels;
+    float* accumulator = reinterpret_cast<float*>(workspace);  // dWᵀ: K x Cout
+    T* cols = workspace + w.fixed;                              // images x K x P
+    T* dy_t = cols + round_up4(images * s.taps * s.pixels);     // images x P x Cout
+    T* partial = dy_t + round_up4(images * s.pixels * out_channels);  // images x K x Cout
+    const long long image_elements = static_cast<long long>(g.channels) * g.height * g.width;
+    if (batch == 0) {  // an empty batch: dW = 0 (a sum of no partials)
+        const cudaError_t err = batch_sum_launch<T, float>(partial, nullptr, accumulator, 0,
+                                                           static_cast<int>(kc), stream);
+        if (err != cudaSuccess) return err;
+    }
+    for (long long n0 = 0; n0 < batch; n0 += images) {
+        const int count = static_cast<int>(batch - n0 < images ? batch - n0 : images);
+        cudaError_t err = im2col_launch(kChainIm2colVersion, x + n0 * image_elements, cols, count,
+                                        g, 0, static_cast<int>(s.pixels), stream);
+        if (err != cudaSuccess) return err;
+        err = transpose_launch<T, T>(dy + n0 * out_channels * s.pixels, dy_t, count, out_channels,
+                                     static_cast<int>(s.pixels), stream);
+        if (err != cudaSuccess) return err;
+        // partial[b] (K x Cout) = cols[b] (K x P) @ dy[n0 + b]ᵀ (P x Cout)
+        const GemmArgs<T> gemm{cols, dy_t, nullptr, partial, static_cast<int>(s.taps),
+                               out_channels, static_cast<int>(s.pixels),
+                               /*lda=*/static_cast<int>(s.pixels), /*ldb=*/out_channels,
+                               /*ldc=*/out_channels, /*stride_a=*/s.taps * s.pixels,
+                               /*stride_b=*/s.pixels * out_channels, /*stride_c=*/kc, count};
+        err = gemm_launch(gemm_version, gemm, nullptr, 0, stream);
+        if (err != cudaSuccess) return err;
+        // accumulator += partial[0] + partial[1] + ... (the first chunk starts it from 0)
+        err = batch_sum_launch<T, float>(partial, n0 == 0 ? nullptr : accumulator, accumulator,
+                                         count, static_cast<int>(kc), stream);
+        if (err != cudaSuccess) return err;
+    }
+    // dW (Cout x K) = the accumulated dWᵀ (K x Cout), transposed and rounded to T
+    return transpose_launch<float, T>(accumulator, dweight, 1, static_cast<int>(s.taps),
+                                      out_channels, stream);
+}
+
+#define X(T)                                                                                  \
+    template cudaError_t col2im_launch<T>(const T*, T*, int, const Conv2dGeometry&,           \
+                                          cudaStream_t);                                      \
+    template long long conv2d_grad_workspace_elements<T>(bool, int, int, const Conv2dGeometry&, \
+                                                         long long);                          \
+    template cudaError_t conv2d_input_grad_launch<T>(const T*, const T*, T*, int, int,        \
+                                                     const Conv2dGeometry&, int, T*, long long, \
+                                                     cudaStream_t);                           \
+    template cudaError_t conv2d_weight_grad_launch<T>(const T*, const T*, T*, int, int,       \
+                                                      const Conv2dGeometry&, int, T*,         \
+                                                      long long, cudaStream_t);
+SCRATCHOPS_FOR_EACH_ELEMENT(X)
+#undef X
+
+}  // namespace scratchops

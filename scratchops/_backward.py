@@ -1,0 +1,251 @@
+"""The backward formulas of the public operators (scratchops._library registers them with
+torch.library.register_autograd).
+
+Each operator has a `setup_<name>(ctx, inputs, output)`, which keeps what its backward needs,
+and a `backward_<name>(ctx, grad)`, which returns one gradient per input of the operator's
+schema (None for the non-tensor arguments and for inputs that need none). A formula calls
+scratchops kernels only: the public operators, and the private operators
+torch.ops.scratchops._<name> (schemas in _library.BACKWARD_SCHEMAS, kernels in cuda/*_backward.cu
+and cuda/transpose.cu, whose headers derive each formula). The only torch work in a backward is
+view metadata (a bias gradient of shape (C,) viewed as the bias's (C, 1, 1)) and, when the
+incoming gradient is not contiguous (y.sum()'s, an expanded tensor), torch's copy that makes it
+so: the kernels read contiguous memory.
+
+What each backward computes:
+  im2col           col2im, its transpose.
+  gemm             dA = dC Bᵀ, dB = Aᵀ dC (the transposed operand written out, then the same
+                   gemm, version and TF32 switch included, as torch's matmul backward follows
+                   the matmul switch); an operand shared across the batch gets the sum over the
+                   batch; the bias the sum of dC over the batch and the columns.
+  conv2d           the im2col + GEMM chain transposed (cuda/conv_backward.cu): the input's
+                   gradient by Wᵀ dY and col2im, the weight's by dY im2col(X)ᵀ summed over the
+                   images, the bias's by per-channel sums. On the CUDA-core GEMM (version
+                   gemm_version), fp32-accurate whatever torch's TF32 switches say, for every
+                   algorithm (the implicit GEMM's forward included).
+  group_norm       one kernel for dx and one for the parameters (cuda/groupnorm_backward.cu),
+                   the scale of group_norm_scale included.
+  scale            dx = dy * scale (the scale kernel itself); dscale = per-channel sums of dy * x.
+  min_add_mul      torch.minimum's rule, then per-channel sums for the bias.
+  max_pool2d_clamp the clamp's rule at the window's maximum, then the pool's gather to the
+                   element torch's max_pool2d would have recorded (cuda/pool_clamp_backward.cu).
+  clamp            dy where lo <= x <= hi.
+  the fused ops    through their parts: the convolution's output (and for P85 the group norm's)
+                   recomputed by the forward operators, then the parts' backward kernels in
+                   the reverse order. The forward kernels keep nothing for the backward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._validate import ONE_PASS_POOL
+from .versions import (CONV2D_ALGORITHMS, CONV_GN_POOL_CUDA_CORE_VERSION,
+                       DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_GROUP_NORM_VERSION,
+                       DEFAULT_IM2COL_GEMM_VERSION)
+
+OPS = torch.ops.scratchops
+
+
+def _contiguous(grad):
+    return grad if grad.is_contiguous() else grad.contiguous()
+
+
+def _per_channel(sums, param):
+    """A per-channel gradient (C,) in its parameter's shape ((C,) or (C, 1, ..., 1))."""
+    return sums.view(param.shape)
+
+
+def _conv_grads(grad, x, weight, bias_given, stride, padding, dilation, workspace_bytes,
+                gemm_version, needs_x=None, needs_weight=None, needs_bias=None):
+    """(dx, dweight, dbias) of conv2d(x, weight, bias) given the output's gradient; None for
+    each that is not needed."""
+    dx = dw = db = None
+    if needs_x:
+        dx = OPS._conv2d_input_grad(grad, weight, list(x.shape), stride, padding, dilation,
+                                    workspace_bytes, gemm_version)
+    if needs_weight:
+        dw = OPS._conv2d_weight_grad(grad, x, list(weight.shape), stride, padding, dilation,
+                                     workspace_bytes, gemm_version)
+    if needs_bias and bias_given:
+        db = OPS._channel_sums(grad, None, 1.0)
+    return dx, dw, db
+
+
+# --------------------------------------------------------------------------------- im2col
+def setup_im2col(ctx, inputs, output):
+    x, ctx.kernel_size, ctx.dilation, ctx.padding, ctx.stride, _ = inputs
+    ctx.input_hw = list(x.shape[2:])
+
+
+def backward_im2col(ctx, grad):
+    dx = None
+    if ctx.needs_input_grad[0]:
+        dx = OPS._col2im(_contiguous(grad), ctx.input_hw, ctx.kernel_size, ctx.dilation,
+                         ctx.padding, ctx.stride)
+    return dx, None, None, None, None, None
+
+
+# ----------------------------------------------------------------------------------- gemm
+def setup_gemm(ctx, inputs, output):
+    a, b, bias, ctx.version = inputs
+    ctx.save_for_backward(a, b)
+    ctx.bias_given = bias is not None
+
+
+def backward_gemm(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad = _contiguous(grad)
+    da = db = dbias = None
+    if ctx.needs_input_grad[0]:  # dA = dC Bᵀ, summed over the batch when A was shared
+        da = OPS.gemm(grad, OPS._transpose(b), None, ctx.version)
+        if a.dim() == 2 and da.dim() == 3:
+            da = OPS._batch_sum(da)
+    if ctx.needs_input_grad[1]:  # dB = Aᵀ dC, likewise
+        db = OPS.gemm(OPS._transpose(a), grad, None, ctx.version)
+        if b.dim() == 2 and db.dim() == 3:
+            db = OPS._batch_sum(db)
+    if ctx.bias_given and ctx.needs_input_grad[2]:  # dbias[m]: dC's row m over batch and columns
+        dbias = OPS._channel_sums(grad if grad.dim() == 3 else grad.unsqueeze(0), None, 1.0)
+    return da, db, dbias, None
+
+
+# --------------------------------------------------------------------------------- conv2d
+def setup_conv2d(ctx, inputs, output):
+    (x, weight, bias, ctx.stride, ctx.padding, ctx.dilation, _, ctx.workspace_bytes,
+     ctx.gemm_version) = inputs
+    ctx.save_for_backward(x, weight, bias)
+
+
+def backward_conv2d(ctx, grad):
+    x, weight, bias = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    dx, dw, db = _conv_grads(_contiguous(grad), x, weight, bias is not None, ctx.stride,
+                             ctx.padding, ctx.dilation, ctx.workspace_bytes, ctx.gemm_version,
+                             needs[0], needs[1], needs[2])
+    return dx, dw, None if db is None else _per_channel(db, bias), None, None, None, None, None, None
+
+
+# -------------------------------------------------------------- P31: conv2d_min_add_mul
+def setup_conv2d_min_add_mul(ctx, inputs, output):
+    (x, weight, conv_bias, ctx.stride, ctx.padding, ctx.dilation, ctx.constant, bias,
+     ctx.factor) = inputs
+    ctx.save_for_backward(x, weight, conv_bias, bias)
+
+
+def backward_conv2d_min_add_mul(ctx, grad):
+    x, weight, conv_bias, bias = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    grad = _contiguous(grad)
+    conv_grad = None
+    if needs[0] or needs[1] or needs[2]:  # the convolution's output again, then the min's rule
+        y = OPS.conv2d(x, weight, conv_bias, ctx.stride, ctx.padding, ctx.dilation,
+                       CONV2D_ALGORITHMS["implicit_gemm"], DEFAULT_CONV_WORKSPACE_BYTES,
+                       DEFAULT_IM2COL_GEMM_VERSION)
+        conv_grad = OPS._min_add_mul_backward(grad, y, ctx.constant, ctx.factor)
+    dx, dw, dcb = _conv_grads(conv_grad, x, weight, conv_bias is not None, ctx.stride,
+                              ctx.padding, ctx.dilation, DEFAULT_CONV_WORKSPACE_BYTES,
+                              DEFAULT_IM2COL_GEMM_VERSION, needs[0], needs[1], needs[2])
+    dbias = None
+    if needs[7]:
+        dbias = _per_channel(OPS._channel_sums(grad, None, ctx.factor), bias)
+    return (dx, dw, None if dcb is None else _per_channel(dcb, conv_bias), None, None, None,
+            None, dbias, None)
+
+
+# --------------------------------------------------- P85: conv2d_group_norm_pool_clamp
+def setup_conv2d_group_norm_pool_clamp(ctx, inputs, output):
+    (x, weight, conv_bias, ctx.num_groups, gn_weight, gn_bias, scale, ctx.eps, ctx.min, ctx.max,
+     version) = inputs
+    # Version 1 runs on the CUDA cores of any GPU: so does its recomputed convolution.
+    ctx.algorithm = CONV2D_ALGORITHMS[
+        "im2col_gemm" if version == CONV_GN_POOL_CUDA_CORE_VERSION else "implicit_gemm"]
+    ctx.save_for_backward(x, weight, conv_bias, gn_weight, gn_bias, scale)
+
+
+def backward_conv2d_group_norm_pool_clamp(ctx, grad):
+    x, weight, conv_bias, gn_weight, gn_bias, scale = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    one, zero, window = [1, 1], [0, 0], [ONE_PASS_POOL, ONE_PASS_POOL]
+    # The parts' outputs again: the convolution, then group norm with its scale.
+    conv = OPS.conv2d(x, weight, conv_bias, one, zero, one, ctx.algorithm,
+                      DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION)
+    normed = OPS.group_norm(conv, ctx.num_groups, gn_weight, gn_bias, scale, ctx.eps,
+                            DEFAULT_GROUP_NORM_VERSION)
+    pooled_grad = OPS._max_pool2d_clamp_backward(_contiguous(grad), normed, window, window, zero,
+                                                 ctx.min, ctx.max)
+    conv_grad, dgw, dgb, dscale = OPS._group_norm_backward(pooled_grad, conv, ctx.num_groups,
+                                                           gn_weight, gn_bias, scale, ctx.eps)
+    dx, dw, dcb = _conv_grads(conv_grad, x, weight, conv_bias is not None, one, zero, one,
+                              DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION,
+                              needs[0], needs[1], needs[2])
+    return (dx, dw, None if dcb is None else _per_channel(dcb, conv_bias), None,
+            dgw if needs[4] else None, dgb if needs[5] else None,
+            dscale if needs[6] else None, None, None, None, None)
+
+
+# ----------------------------------------------------------------------------- group_norm
+def setup_group_norm(ctx, inputs, output):
+    x, ctx.num_groups, weight, bias, scale, ctx.eps, _ = inputs
+    ctx.save_for_backward(x, weight, bias, scale)
+
+
+def backward_group_norm(ctx, grad):
+    x, weight, bias, scale = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    dx, dw, db, ds = OPS._group_norm_backward(_contiguous(grad), x, ctx.num_groups, weight, bias,
+                                              scale, ctx.eps)
+    return (dx if needs[0] else None, None, dw if needs[2] else None, db if needs[3] else None,
+            ds if needs[4] else None, None, None)
+
+
+# ---------------------------------------------------------------------------------- scale
+def setup_scale(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def backward_scale(ctx, grad):
+    x, scale = ctx.saved_tensors
+    grad = _contiguous(grad)
+    dx = OPS.scale(grad, scale) if ctx.needs_input_grad[0] else None
+    ds = (_per_channel(OPS._channel_sums(grad, x, 1.0), scale) if ctx.needs_input_grad[1]
+          else None)
+    return dx, ds
+
+
+# ---------------------------------------------------------------------------- min_add_mul
+def setup_min_add_mul(ctx, inputs, output):
+    x, ctx.constant, bias, ctx.factor = inputs
+    ctx.save_for_backward(x, bias)
+
+
+def backward_min_add_mul(ctx, grad):
+    x, bias = ctx.saved_tensors
+    grad = _contiguous(grad)
+    dx = (OPS._min_add_mul_backward(grad, x, ctx.constant, ctx.factor)
+          if ctx.needs_input_grad[0] else None)
+    dbias = (_per_channel(OPS._channel_sums(grad, None, ctx.factor), bias)
+             if ctx.needs_input_grad[2] else None)
+    return dx, None, dbias, None
+
+
+# ------------------------------------------------------------------- max_pool2d_clamp, clamp
+def setup_max_pool2d_clamp(ctx, inputs, output):
+    x, ctx.kernel_size, ctx.stride, ctx.padding, ctx.min, ctx.max, _ = inputs
+    ctx.save_for_backward(x)
+
+
+def backward_max_pool2d_clamp(ctx, grad):
+    (x,) = ctx.saved_tensors
+    dx = OPS._max_pool2d_clamp_backward(_contiguous(grad), x, ctx.kernel_size, ctx.stride,
+                                        ctx.padding, ctx.min, ctx.max)
+    return dx, None, None, None, None, None, None
+
+
+def setup_clamp(ctx, inputs, output):
+    x, ctx.min, ctx.max = inputs
+    ctx.save_for_backward(x)
+
+
+def backward_clamp(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return OPS._clamp_backward(_contiguous(grad), x, ctx.min, ctx.max), None, None
