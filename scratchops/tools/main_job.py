@@ -24,6 +24,7 @@ import scratchops
 
 from ..problems import PROBLEMS, build_pair
 from .report import ATOL, HALF_TOL, compare, dims, envelope, first_line, fmt, format_table, tolerance
+from .train import training_step
 from .timing import (DEFAULT_WARMUP, environment, tf32_disabled, tf32_settings, time_cuda,
                      time_synchronized)
 
@@ -194,45 +195,9 @@ def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict,
               "dtype": str(dtype).removeprefix("torch."),
               "implementations": entries, "speedups": speedups, "ok": ok,
               "batch1_sync": {} if half else batch1_latency(module, args),
-              "training_step": {} if half else training_step(module, shape, args)}
+              "training_step": {} if half else training_step(module, shape, args, _status)}
     print(problem_table(key, result))
     return result
-
-
-def training_step(module, shape: tuple[int, ...], args: argparse.Namespace) -> dict:
-    """The training step at the run's input shape, TF32 off: forward, then backward with a
-    fixed output gradient (the gradients of the input and of every parameter), GPU ms (median,
-    L2 flushed) of torch eager, torch.compile (of the model; its backward compiled by
-    AOTAutograd) and ModelNew's default variant; and ModelNew's largest gradient error against
-    eager's, relative to each gradient's largest magnitude."""
-    model, new = build_pair(module, next(iter(module.VARIANTS)), args.seed)
-    model.train(), new.train()
-    generator = torch.Generator(device="cuda").manual_seed(args.seed)
-    x = torch.rand(shape, device="cuda", generator=generator).requires_grad_()
-    impls = {"eager": model, "ModelNew": new}
-    if not args.no_compile:
-        torch._dynamo.reset()
-        impls["compile"] = torch.compile(model)
-
-    def step(m):
-        def run():
-            x.grad = None
-            m.zero_grad(set_to_none=True)
-            m(x).backward(out_grad)
-        return run
-
-    def grads(m):
-        step(m)()
-        return [x.grad.clone()] + [p.grad.clone() for p in m.parameters()]
-
-    with torch.enable_grad(), tf32_disabled():
-        with torch.no_grad():
-            out_grad = torch.rand(model(x).shape, device="cuda", generator=generator)
-        _status(f"training step: {', '.join(impls)}")
-        times = {k: time_cuda(step(m), repeats=args.repeats).median_ms for k, m in impls.items()}
-        error = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
-                    for a, b in zip(grads(new), grads(model)))
-    return {"ms": times, "max_relative_grad_err_vs_eager": error}
 
 
 def batch1_latency(module, args: argparse.Namespace) -> dict:

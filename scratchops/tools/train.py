@@ -9,6 +9,9 @@ fp32. Each step (zero_grad, forward, loss, backward, optimizer step) is timed on
 synchronised, as a user's loop runs it. Printed: the step times, the losses at a few steps and
 the largest relative difference between the two loss curves; plotted (when matplotlib is
 installed): both curves of both problems in one PNG.
+
+training_step() is `scratchops run`'s training-step row: one step's GPU time at the run's input
+shape beside torch eager and torch.compile.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..problems import PROBLEMS, build_pair
-from .timing import tf32_disabled
+from .timing import tf32_disabled, time_cuda
 
 DEFAULT_STEPS = 300
 DEFAULT_BATCH = 16
@@ -62,6 +65,43 @@ def train_pair(key: str, steps: int, batch: int, seed: int) -> dict:
     result["max_relative_difference"] = max(abs(a - b) / abs(a) for a, b in zip(ref, new))
     result["speedup"] = result["torch"]["step_ms"] / result["scratchops"]["step_ms"]
     return result
+
+
+def training_step(module, shape: tuple[int, ...], args: argparse.Namespace, status) -> dict:
+    """The training step at the run's input shape, TF32 off: forward, then backward with a
+    fixed output gradient (the gradients of the input and of every parameter), GPU ms (median,
+    L2 flushed) of torch eager, torch.compile (of the model; its backward compiled by
+    AOTAutograd) and ModelNew's default variant; and ModelNew's largest gradient error against
+    eager's, relative to each gradient's largest magnitude. For `scratchops run`
+    (its --seed, --repeats and --no-compile); status(message) reports progress."""
+    model, new = build_pair(module, next(iter(module.VARIANTS)), args.seed)
+    model.train(), new.train()
+    generator = torch.Generator(device="cuda").manual_seed(args.seed)
+    x = torch.rand(shape, device="cuda", generator=generator).requires_grad_()
+    impls = {"eager": model, "ModelNew": new}
+    if not args.no_compile:
+        torch._dynamo.reset()
+        impls["compile"] = torch.compile(model)
+
+    def step(m):
+        def run():
+            x.grad = None
+            m.zero_grad(set_to_none=True)
+            m(x).backward(out_grad)
+        return run
+
+    def grads(m):
+        step(m)()
+        return [x.grad.clone()] + [p.grad.clone() for p in m.parameters()]
+
+    with torch.enable_grad(), tf32_disabled():
+        with torch.no_grad():
+            out_grad = torch.rand(model(x).shape, device="cuda", generator=generator)
+        status(f"training step: {', '.join(impls)}")
+        times = {k: time_cuda(step(m), repeats=args.repeats).median_ms for k, m in impls.items()}
+        error = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+                    for a, b in zip(grads(new), grads(model)))
+    return {"ms": times, "max_relative_grad_err_vs_eager": error}
 
 
 def summary(key: str, r: dict, steps: int) -> list[str]:
