@@ -176,6 +176,16 @@ cudaError_t launch_per_plane(const T* x, T* y, int batch, int channels, int plan
     return cudaGetLastError();
 }
 
+// --------------------------------------------------------------------- NCHW positions
+// Element e of a stack of planes of height x width, in memory order: e = (plane * height +
+// row) * width + col. (The backward kernels' one-thread-per-element decode.)
+struct PlanePosition {
+    int plane, row, col;
+};
+__device__ __forceinline__ PlanePosition plane_position(int e, int height, int width) {
+    return {e / (width * height), (e / width) % height, e % width};
+}
+
 // ------------------------------------------------------------------ per-device settings
 // Launch-time settings that stay with a kernel or a device (a kernel's dynamic shared-memory
 // limit, the number of multiprocessors) are read or made once per device: the runtime calls

@@ -52,9 +52,8 @@ __global__ void col2im_kernel(const T* __restrict__ cols, T* __restrict__ dx, in
     const unsigned index = blockIdx.x * kCol2imThreads + threadIdx.x;
     if (index >= static_cast<unsigned>(total)) return;
     const int e = static_cast<int>(index);
-    const int w = e % g.width;
-    const int h = (e / g.width) % g.height;
-    const int bc = e / (g.width * g.height);  // b * C + c
+    const PlanePosition in = plane_position(e, g.height, g.width);
+    const int h = in.row, w = in.col, bc = in.plane;  // bc = b * C + c
     const int pixels = g.out_h * g.out_w;
     // Row (b*C + c)*kh*kw + i*kw + j of the chunk's columns = (b*K + k) with k's channel c.
     const T* taps = cols + bc * g.kernel_h * g.kernel_w * pixels;

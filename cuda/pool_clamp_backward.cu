@@ -44,10 +44,9 @@ __global__ void window_choice_kernel(const T* __restrict__ dy, const T* __restri
     const unsigned index = blockIdx.x * kThreads + threadIdx.x;
     if (index >= static_cast<unsigned>(total)) return;
     const int e = static_cast<int>(index);
-    const int ow = e % g.out_w;
-    const int oh = (e / g.out_w) % g.out_h;
-    const int plane = e / (g.out_w * g.out_h);
-    const T* src = x + plane * g.height * g.width;  // < numel(x)
+    const PlanePosition out = plane_position(e, g.out_h, g.out_w);
+    const int oh = out.row, ow = out.col;
+    const T* src = x + out.plane * g.height * g.width;  // < numel(x)
     const int h0 = max(oh * g.stride_h - g.pad_h, 0), w0 = max(ow * g.stride_w - g.pad_w, 0);
     const int h1 = min(oh * g.stride_h - g.pad_h + g.kernel_h, g.height);
     const int w1 = min(ow * g.stride_w - g.pad_w + g.kernel_w, g.width);
@@ -77,9 +76,8 @@ __global__ void window_gather_kernel(const int* __restrict__ chosen,
     const unsigned index = blockIdx.x * kThreads + threadIdx.x;
     if (index >= static_cast<unsigned>(total)) return;
     const int e = static_cast<int>(index);
-    const int w = e % g.width;
-    const int h = (e / g.width) % g.height;
-    const int plane = e / (g.width * g.height);
+    const PlanePosition in = plane_position(e, g.height, g.width);
+    const int h = in.row, w = in.col, plane = in.plane;
     const int oh0 = h + g.pad_h < g.kernel_h ? 0 : (h + g.pad_h - g.kernel_h) / g.stride_h + 1;
     const int ow0 = w + g.pad_w < g.kernel_w ? 0 : (w + g.pad_w - g.kernel_w) / g.stride_w + 1;
     const int oh1 = min((h + g.pad_h) / g.stride_h + 1, g.out_h);
