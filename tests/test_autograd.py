@@ -166,15 +166,17 @@ def _cases():
     add("scale", scratchops.scale, lambda x, s: x * s, lambda: (rand(2, 6, 5, 7), rand(6, 1, 1)))
     add("min_add_mul", lambda x, b: scratchops.min_add_mul(x, 0.5, b, 3.0),
         lambda x, b: torch_min_add_mul(x, 0.5, b, 3.0), lambda: (rand(2, 6, 5, 7), rand(6, 1, 1)))
-    for k, s, p, lo, hi in [(3, 2, 1, -inf, inf), (4, None, 0, 0.0, 1.0), (2, 1, 0, -0.3, inf),
-                            ((3, 2), (1, 3), (1, 0), -inf, 0.2)]:
+    # (Bounds the half types hold exactly: a float64 reference compares with the bound itself,
+    # torch's half operators with it rounded to the type; test_half_bounds_round_as_torch.)
+    for k, s, p, lo, hi in [(3, 2, 1, -inf, inf), (4, None, 0, 0.0, 1.0), (2, 1, 0, -0.375, inf),
+                            ((3, 2), (1, 3), (1, 0), -inf, 0.125)]:
         add("max_pool2d_clamp",
             lambda x, k=k, s=s, p=p, lo=lo, hi=hi: scratchops.max_pool2d_clamp(x, k, s, p, lo, hi),
             lambda x, k=k, s=s, p=p, lo=lo, hi=hi: torch_clamp(F.max_pool2d(x, k, s, p), lo, hi),
             lambda: (rand(2, 3, 11, 10),))
     add("max_pool2d", lambda x: scratchops.max_pool2d(x, 3), lambda x: F.max_pool2d(x, 3),
         lambda: (rand(1, 1, 10, 9),))
-    for lo, hi in [(-0.5, 0.5), (0.0, inf), (-inf, 0.1), (0.5, -0.5)]:
+    for lo, hi in [(-0.5, 0.5), (0.0, inf), (-inf, 0.125), (0.5, -0.5)]:
         add("clamp", lambda x, lo=lo, hi=hi: scratchops.clamp(x, lo, hi),
             lambda x, lo=lo, hi=hi: torch_clamp(x, lo, hi), lambda: (rand(3, 5, 7),))
     return cases
@@ -253,6 +255,23 @@ def test_nan_and_inf_gradients_follow_torch():
         (expected,) = torch.autograd.grad(y, x, g)
         (got,) = torch.autograd.grad(ours(x), x, g)
         torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_half_bounds_round_as_torch(dtype):
+    # torch compares a half tensor with the bound rounded to the type: in bf16 -0.3 is
+    # -0.30078125, and an element holding exactly that passes its gradient.
+    skip_unless_runnable("cuda")
+    lo, hi = -0.3, 0.3
+    values = [torch.tensor(v, dtype=dtype).item() for v in (lo, hi)]
+    x = torch.tensor(values + [0.0, -0.9, 0.9], dtype=dtype, device="cuda")
+    x = x.view(1, 1, 1, 5).requires_grad_()
+    for ours, ref in [(lambda t: scratchops.clamp(t, lo, hi), lambda t: torch.clamp(t, lo, hi)),
+                      (lambda t: scratchops.max_pool2d_clamp(t, 1, min=lo, max=hi),
+                       lambda t: torch.clamp(F.max_pool2d(t, 1), lo, hi))]:
+        (expected,) = torch.autograd.grad(ref(x).sum(), x)
+        (got,) = torch.autograd.grad(ours(x).sum(), x)
+        assert got.flatten().tolist() == expected.flatten().tolist() == [1, 1, 1, 0, 0]
 
 
 def test_min_tie_splits_the_gradient_as_torch_minimum():
