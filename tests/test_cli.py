@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import scratchops
 from helpers import requires_gpu
@@ -121,6 +122,30 @@ def test_plan_compute_bound_rows_run_every_gemm_version_and_cap_only_the_naive_o
     assert f"im2col+{naive}" in p31_full.skip
 
 
+def test_plan_has_a_backward_row_for_every_forward_row():
+    forward = workloads.plan(workloads.FORWARD_KERNELS, quick=False)
+    backward = workloads.plan([k + "_backward" for k in workloads.FORWARD_KERNELS], quick=False)
+    assert not any(w.backward for w in forward) and all(w.backward for w in backward)
+    assert [(w.kernel + "_backward", w.shape, list(w.versions)) for w in forward] == [
+        (w.kernel, w.shape, list(w.versions)) for w in backward]
+    for f, b in zip(forward, backward):  # two GEMMs of the forward's size, or bytes
+        assert b.flop == (None if f.flop is None else 2 * f.flop)
+
+
+def test_backward_rows_of_the_fused_convolutions_put_their_inputs_on_a_grid():
+    # (on the CPU: the workload's tensors are made on "cuda", so build them by hand here)
+    import scratchops.tools.bench_backward as bb
+
+    inputs = {"input": torch.rand(2, 3, 5, 5), "weight": torch.rand(4, 3, 3, 3) - 0.5,
+              "conv_bias": torch.rand(4), "bias": torch.randn(4, 1, 1)}
+    grid = bb._on_a_grid(lambda: dict(inputs))
+    assert torch.equal(grid["input"] * 4, torch.round(grid["input"] * 4))
+    assert torch.equal(grid["weight"] * 8, torch.round(grid["weight"] * 8))
+    # P31: the convolution's output is a multiple of 1/32 plus 1/64, never the constant 0.5.
+    out = F.conv2d(grid["input"].double(), grid["weight"].double(), grid["conv_bias"].double())
+    assert torch.equal(((out - 1 / 64) * 32).round(), (out - 1 / 64) * 32)
+
+
 def test_plan_filters_and_quick_is_small():
     assert {w.kernel for w in workloads.plan(["clamp", "gemm"], quick=True)} == {"clamp", "gemm"}
     quick = workloads.plan(workloads.KERNELS, quick=True)
@@ -220,8 +245,10 @@ def test_run_and_bench_quick_end_to_end(tmp_path, capsys):
     for name in ("bench.json", "gemm.png", "memory_bound.png"):
         assert (out_dir / name).stat().st_size > 0
     data = json.loads((out_dir / "bench.json").read_text())
-    assert data["ceilings"]["copy"]["value"] > 0 and data["ceilings"]["sgemm"]["value"] > 0
+    assert data["ceilings"]["copy"]["value"] > 0
+    assert all(data["ceilings"][f"gemm_{d}"]["value"] > 0 for d in report.DTYPES)
     assert {r["kernel"] for r in data["rows"]} == set(workloads.KERNELS)
+    assert {r["dtype"] for r in data["rows"]} == set(report.DTYPES)
     for r in data["rows"]:
         assert r["ok"] is True, r
         assert r["ms"] > 0 and r["torch_ms"] > 0 and r["rate"] > 0, r

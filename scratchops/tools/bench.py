@@ -6,11 +6,14 @@ within report.ATOL and RTOL): timing a wrong kernel would be worthless. Throughp
 against ceilings measured in the same run on the same GPU:
 
 * compute-bound kernels (gemm, conv2d): TFLOP/s (2 FLOP per multiply-add) and % of torch's
-  fp32 SGEMM with TF32 off;
+  GEMM in the row's dtype (fp32: SGEMM with TF32 off);
 * memory-bound kernels (im2col and the P85/P31 epilogue ops): GB/s on the minimum traffic,
   each input tensor read once and each output written once, and % of a device copy.
 
-torch runs with TF32 off throughout, so both sides do true fp32 arithmetic.
+Each dtype asked for (--dtype) runs the whole sweep: the inputs in that dtype, torch's
+counterpart in it, allclose at KernelBench's tolerance for it (report.tolerance). The backward
+rows (`<kernel>_backward`, bench_backward.py) time the gradients beside torch's autograd.
+torch runs with TF32 off throughout, so in fp32 both sides do true fp32 arithmetic.
 """
 
 from __future__ import annotations
@@ -24,14 +27,18 @@ from pathlib import Path
 
 import torch
 
-from . import host_cost
-from .report import Progress, compare, envelope, first_line, fmt, format_table
+from . import bench_backward, host_cost
+from .report import DTYPES, Progress, compare, envelope, first_line, fmt, format_table
 from .timing import (DEFAULT_WARMUP, Ceiling, Timing, environment, measure_copy_bandwidth,
-                     measure_sgemm_tflops, tf32_disabled, time_cuda)
-from .workloads import (COMPUTE_BOUND, KERNELS, MEMORY_BOUND, NAIVE_MAX_FLOP, QUICK_REPEATS,
-                        Workload, plan)
+                     measure_gemm_tflops, tf32_disabled, time_cuda)
+from .workloads import (BACKWARD_SUFFIX, COMPUTE_BOUND, KERNELS, MEMORY_BOUND, NAIVE_MAX_FLOP,
+                        QUICK_REPEATS, Workload, plan)
 
-__all__ = ["KERNELS", "QUICK_REPEATS", "plan", "run_bench"]
+__all__ = ["DTYPES", "KERNELS", "QUICK_REPEATS", "plan", "run_bench"]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _bytes_moved(inputs: dict, output: torch.Tensor) -> int:
@@ -50,8 +57,9 @@ def _percent(rate: float | None, ceiling: Ceiling) -> float | None:
     return None if rate is None else 100 * rate / ceiling.value
 
 
-def _row(w: Workload, version: str, work: float, ceiling: Ceiling, torch_ms: float,
-         timing: Timing | None = None, ok: bool | None = None, max_err: float | None = None,
+def _row(w: Workload, dtype: torch.dtype, version: str, work: float, ceiling: Ceiling,
+         torch_ms: float, timing: Timing | None = None, ok: bool | None = None,
+         max_err: float | None = None,
          note: str = "", err64: tuple[float | None, float | None] = (None, None)) -> dict:
     """One result row; without `timing` (skipped or failed) the timing fields are None.
     err64: (this version's, torch's) max |error| against the float64 reference, for the
@@ -60,7 +68,7 @@ def _row(w: Workload, version: str, work: float, ceiling: Ceiling, torch_ms: flo
     ms = None if timing is None else timing.median_ms
     rate, torch_rate = _rate(work, ms, unit), _rate(work, torch_ms, unit)
     return {
-        "kernel": w.kernel, "version": version, "shape": w.shape,
+        "kernel": w.kernel, "dtype": _dtype_name(dtype), "version": version, "shape": w.shape,
         "ms": ms,
         "p10_ms": None if timing is None else timing.p10_ms,
         "p90_ms": None if timing is None else timing.p90_ms,
@@ -77,19 +85,25 @@ def _row(w: Workload, version: str, work: float, ceiling: Ceiling, torch_ms: flo
     }
 
 
-def run_workload(w: Workload, ceilings: dict[str, Ceiling], repeats: int,
+def run_workload(w: Workload, dtype: torch.dtype, ceilings: dict[str, Ceiling], repeats: int,
                  progress: Progress) -> list[dict]:
-    """Time torch and every version of `w`; one row per version. Frees the GPU memory."""
-    rows = _measure(w, ceilings, repeats, progress)
+    """Time torch and every version of `w` in `dtype`; one row per version (ceilings: "copy"
+    and "gemm" in that dtype). Frees the GPU memory."""
+    if w.backward:
+        with torch.enable_grad():
+            rows = bench_backward.measure(w, dtype, ceilings, repeats, progress, _row)
+    else:
+        with torch.inference_mode():
+            rows = _measure(w, dtype, ceilings, repeats, progress)
     # The inputs and outputs died with _measure's frame; hand their blocks back to the
     # driver so the next (possibly larger) shape starts from an empty cache.
     torch.cuda.empty_cache()
     return rows
 
 
-def _measure(w: Workload, ceilings: dict[str, Ceiling], repeats: int,
+def _measure(w: Workload, dtype: torch.dtype, ceilings: dict[str, Ceiling], repeats: int,
              progress: Progress) -> list[dict]:
-    inputs = w.make_inputs()
+    inputs = {name: t.to(dtype) for name, t in w.make_inputs().items()}
     expected = w.reference(**inputs)
     # The compute-bound kernels' accuracy: each output's (and torch's) error against the same
     # computation in float64.
@@ -102,12 +116,12 @@ def _measure(w: Workload, ceilings: dict[str, Ceiling], repeats: int,
     torch_err64 = err64(expected)
     torch_ms = time_cuda(functools.partial(w.reference, **inputs), repeats=repeats).median_ms
     work = w.flop if w.flop is not None else _bytes_moved(inputs, expected)
-    ceiling = ceilings["sgemm" if w.flop is not None else "copy"]
-    progress.step(f"{w.kernel} {w.shape} torch")
+    ceiling = ceilings["gemm" if w.flop is not None else "copy"]
+    progress.step(f"{w.kernel} {w.shape} {_dtype_name(dtype)} torch")
     rows = []
     for version, fn in w.versions.items():
         if version in w.skip:
-            rows.append(_row(w, version, work, ceiling, torch_ms, note=w.skip[version]))
+            rows.append(_row(w, dtype, version, work, ceiling, torch_ms, note=w.skip[version]))
         else:
             call = functools.partial(fn, **inputs)
             # A failing kernel becomes a row that says so; the sweep goes on to the others.
@@ -118,21 +132,21 @@ def _measure(w: Workload, ceilings: dict[str, Ceiling], repeats: int,
                 del out
                 timing = time_cuda(call, repeats=repeats)
             except Exception as exc:  # noqa: BLE001 (any failure is reported in the row)
-                rows.append(_row(w, version, work, ceiling, torch_ms, ok=False,
+                rows.append(_row(w, dtype, version, work, ceiling, torch_ms, ok=False,
                                  note=f"error: {first_line(exc)}"))
             else:
-                rows.append(_row(w, version, work, ceiling, torch_ms, timing, ok, max_err,
-                                 note, errors))
-        progress.step(f"{w.kernel} {w.shape} {version}")
+                rows.append(_row(w, dtype, version, work, ceiling, torch_ms, timing, ok,
+                                 max_err, note, errors))
+        progress.step(f"{w.kernel} {w.shape} {_dtype_name(dtype)} {version}")
     return rows
 
 
 def rows_table(rows: Sequence[dict]) -> str:
-    columns = [("kernel", "<"), ("version", "<"), ("shape", "<"), ("ms", ">"),
+    columns = [("kernel", "<"), ("dtype", "<"), ("version", "<"), ("shape", "<"), ("ms", ">"),
                ("torch ms", ">"), ("ratio", ">"), ("rate", ">"), ("unit", "<"),
                ("%ceil", ">"), ("torch %ceil", ">"), ("err f64", ">"), ("torch err", ">"),
                ("ok", "<"), ("note", "<")]
-    body = [[r["kernel"], r["version"], r["shape"], fmt(r["ms"], ".4f"),
+    body = [[r["kernel"], r["dtype"], r["version"], r["shape"], fmt(r["ms"], ".4f"),
              fmt(r["torch_ms"], ".4f"), fmt(r["ratio"], ".2f"), fmt(r["rate"], ".1f"),
              r["unit"], fmt(r["pct_of_ceiling"], ".0f"), fmt(r["torch_pct_of_ceiling"], ".0f"),
              fmt(r.get("max_err_f64"), ".1e"), fmt(r.get("torch_max_err_f64"), ".1e"),
@@ -141,19 +155,23 @@ def rows_table(rows: Sequence[dict]) -> str:
 
 
 def summary_lines(rows: Sequence[dict], ceilings: dict[str, Ceiling], gpu: str) -> list[str]:
-    """Per kernel and version, the largest shape measured: rate, % of ceiling, vs torch."""
-    lines = [f"ceilings on {gpu}: copy {ceilings['copy'].value:.0f} GB/s (read + written), "
-             f"SGEMM TF32 off {ceilings['sgemm'].value:.1f} TFLOP/s"]
-    largest: dict[tuple[str, str], dict] = {}
+    """Per kernel, dtype and version, the largest shape measured: rate, % of ceiling, vs
+    torch."""
+    gemms = ", ".join(f"{name.removeprefix('gemm_')} {c.value:.1f}" for name, c in
+                      ceilings.items() if name.startswith("gemm_"))
+    lines = [f"ceilings on {gpu}: copy {ceilings['copy'].value:.0f} GB/s (read + written); "
+             f"torch GEMM TFLOP/s (fp32: TF32 off) {gemms}"]
+    largest: dict[tuple[str, str, str], dict] = {}
     for r in rows:
         if r["ms"] is not None:
-            key = (r["kernel"], r["version"])
+            key = (r["kernel"], r["dtype"], r["version"])
             size = r["flop"] or r["bytes"]
             if key not in largest or size >= (largest[key]["flop"] or largest[key]["bytes"]):
                 largest[key] = r
-    for (kernel, version), r in largest.items():
+    for (kernel, dtype, version), r in largest.items():
         verdict = "" if r["ok"] else "  NOT ALLCLOSE"
-        lines.append(f"  {kernel:<17} {version:<15} {r['shape']:<26} {fmt(r['rate'], '8.1f')} "
+        lines.append(f"  {kernel:<37} {dtype:<8} {version:<17} {r['shape']:<26} "
+                     f"{fmt(r['rate'], '8.1f')} "
                      f"{r['unit']:<7} {fmt(r['pct_of_ceiling'], '4.0f')}% of ceiling  "
                      f"x{fmt(r['ratio'], '.2f')} vs torch{verdict}")
     return lines
@@ -169,11 +187,16 @@ def _series(rows: Sequence[dict]) -> dict[str, list[dict]]:
     return series
 
 
+def _with_backward(kernels: Sequence[str]) -> list[str]:
+    return [*kernels, *(k + BACKWARD_SUFFIX for k in kernels)]
+
+
 def plot_compute_bound(rows: Sequence[dict], ceiling: Ceiling, path: Path) -> bool:
-    """gemm (and conv2d) TFLOP/s per shape, each GEMM version beside torch, the SGEMM line."""
+    """gemm (and conv2d) TFLOP/s per shape, each GEMM version beside torch, the GEMM line (the
+    rows of one dtype)."""
     from matplotlib.figure import Figure
 
-    kernels = [k for k in COMPUTE_BOUND if any(r["kernel"] == k for r in rows)]
+    kernels = [k for k in _with_backward(COMPUTE_BOUND) if any(r["kernel"] == k for r in rows)]
     if not kernels:
         return False
     fig = Figure(figsize=(6.5 * len(kernels), 5), layout="constrained")
@@ -188,9 +211,9 @@ def plot_compute_bound(rows: Sequence[dict], ceiling: Ceiling, path: Path) -> bo
         ax.plot([x[s] for s in torch_rates], list(torch_rates.values()), "ks--",
                 label="torch (cuBLAS / cuDNN)")
         ax.axhline(ceiling.value, color="tab:red", linestyle=":",
-                   label=f"measured SGEMM ceiling {ceiling.value:.1f}")
+                   label=f"measured GEMM ceiling {ceiling.value:.1f}")
         ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right", fontsize=7)
-        ax.set_ylabel("TFLOP/s (fp32, TF32 off)")
+        ax.set_ylabel(f"TFLOP/s ({krows[0]['dtype']}, TF32 off)")
         ax.set_title(kernel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -199,11 +222,12 @@ def plot_compute_bound(rows: Sequence[dict], ceiling: Ceiling, path: Path) -> bo
 
 
 def plot_memory_bound(rows: Sequence[dict], ceiling: Ceiling, path: Path) -> bool:
-    """GB/s against bytes moved, one panel per memory-bound kernel, with the copy ceiling."""
+    """GB/s against bytes moved, one panel per memory-bound kernel, with the copy ceiling (the
+    rows of one dtype)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter, StrMethodFormatter
 
-    kernels = [k for k in MEMORY_BOUND if any(r["kernel"] == k for r in rows)]
+    kernels = [k for k in _with_backward(MEMORY_BOUND) if any(r["kernel"] == k for r in rows)]
     if not kernels:
         return False
     ncols = min(4, len(kernels))
@@ -226,7 +250,7 @@ def plot_memory_bound(rows: Sequence[dict], ceiling: Ceiling, path: Path) -> boo
         ax.set_ylim(bottom=0)
         ax.set_xlabel("MB moved (inputs read once + output written once)", fontsize=7)
         ax.set_ylabel("GB/s")
-        ax.set_title(kernel)
+        ax.set_title(f"{kernel} {krows[0]['dtype']}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax in axes[len(kernels):]:  # the unused panels of the last row
@@ -236,47 +260,56 @@ def plot_memory_bound(rows: Sequence[dict], ceiling: Ceiling, path: Path) -> boo
 
 
 # ------------------------------------------------------------------------------ entry
-def run_bench(kernels: Sequence[str], *, quick: bool, repeats: int, out_dir: Path) -> int:
-    """Run the sweep, write bench.json and the plots under out_dir, print the tables.
+def run_bench(kernels: Sequence[str], *, quick: bool, repeats: int, out_dir: Path,
+              dtypes: Sequence[str] = ("float32",)) -> int:
+    """Run the sweep in each of `dtypes` (names of DTYPES), write bench.json and the plots
+    under out_dir, print the tables.
 
     Returns 0 when every scratchops output matched torch, 1 otherwise. Needs a CUDA GPU and
     the built kernels (the caller checks and loads).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    with torch.inference_mode(), tf32_disabled():
+    with tf32_disabled():
         env = environment()
         print(f"scratchops bench on {env['gpu']}: measuring the ceilings...", file=sys.stderr,
               flush=True)
-        ceilings = {"copy": measure_copy_bandwidth(repeats=repeats),
-                    "sgemm": measure_sgemm_tflops(repeats=repeats)}
+        ceilings = {"copy": measure_copy_bandwidth(repeats=repeats)}
+        for name in dtypes:
+            ceilings[f"gemm_{name}"] = measure_gemm_tflops(DTYPES[name], repeats=repeats)
         workloads = plan(kernels, quick)
-        progress = Progress(sum(1 + len(w.versions) for w in workloads))
+        progress = Progress(len(dtypes) * sum(1 + len(w.versions) for w in workloads))
         rows = []
-        for w in workloads:
-            rows.extend(run_workload(w, ceilings, repeats, progress))
+        for name in dtypes:
+            in_dtype = {"copy": ceilings["copy"], "gemm": ceilings[f"gemm_{name}"]}
+            for w in workloads:
+                rows.extend(run_workload(w, DTYPES[name], in_dtype, repeats, progress))
         progress.close()
     print("scratchops bench: host time per call...", file=sys.stderr, flush=True)
     with tf32_disabled():
         host_rows = host_cost.measure()
 
     result = envelope("bench", env,
-                      {"kernels": list(kernels), "quick": quick, "repeats": repeats,
-                       "warmup": DEFAULT_WARMUP, "flush_l2": True, "tf32": False,
-                       "naive_max_flop": NAIVE_MAX_FLOP},
+                      {"kernels": list(kernels), "dtypes": list(dtypes), "quick": quick,
+                       "repeats": repeats, "warmup": DEFAULT_WARMUP, "flush_l2": True,
+                       "tf32": False, "naive_max_flop": NAIVE_MAX_FLOP},
                       ceilings={name: c.as_dict() for name, c in ceilings.items()}, rows=rows,
                       host_cost=host_rows)
     json_path = out_dir / "bench.json"
     json_path.write_text(json.dumps(result, indent=1) + "\n")
     written = [json_path]
-    for name, plot, ceiling in (("gemm.png", plot_compute_bound, ceilings["sgemm"]),
-                                ("memory_bound.png", plot_memory_bound, ceilings["copy"])):
-        if plot(rows, ceiling, out_dir / name):
-            written.append(out_dir / name)
+    for name in dtypes:
+        suffix = "" if name == "float32" else f"_{name}"
+        of_dtype = [r for r in rows if r["dtype"] == name]
+        for stem, plot, ceiling in (("gemm", plot_compute_bound, ceilings[f"gemm_{name}"]),
+                                    ("memory_bound", plot_memory_bound, ceilings["copy"])):
+            path = out_dir / f"{stem}{suffix}.png"
+            if plot(of_dtype, ceiling, path):
+                written.append(path)
 
     print(rows_table(rows))
     print()
     print("ratio = torch ms / scratchops ms (>1: scratchops faster); %ceil: of the measured "
-          "copy bandwidth (GB/s) or SGEMM (TFLOP/s); median of "
+          "copy bandwidth (GB/s) or torch's GEMM in the row's dtype (TFLOP/s); median of "
           f"{repeats}, L2 flushed, TF32 off")
     print("\n".join(summary_lines(rows, ceilings, env["gpu"])))
     print()
@@ -286,7 +319,8 @@ def run_bench(kernels: Sequence[str], *, quick: bool, repeats: int, out_dir: Pat
           "cheaper); loop: us per call in a loop (events), the GPU's pace where it is slower")
     timed = sum(r["ms"] is not None for r in rows)
     skipped = sum(r["ok"] is None for r in rows)
-    wrong = [f"{r['kernel']}/{r['version']} {r['shape']}" for r in rows if r["ok"] is False]
+    wrong = [f"{r['kernel']}/{r['dtype']}/{r['version']} {r['shape']}" for r in rows
+             if r["ok"] is False]
     print(f"{len(rows)} rows: {timed} timed, {skipped} skipped, {len(wrong)} wrong or "
           f"failing{': ' + ', '.join(wrong) if wrong else ''}")
     print("wrote " + ", ".join(str(p) for p in written))

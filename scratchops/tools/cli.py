@@ -25,7 +25,8 @@ from pathlib import Path
 import scratchops
 
 from . import bench, main_job, sass, train
-from .main_job import DTYPES, PROBLEM_KEYS
+from .main_job import PROBLEM_KEYS
+from .report import DTYPES
 from .timing import DEFAULT_REPEATS
 
 
@@ -103,10 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench_parser = commands.add_parser(
         "bench", help="microbenchmark every kernel against torch and the measured ceilings",
         description="Time each scratchops kernel beside its torch counterpart over a size "
-                    "sweep, against the copy bandwidth and SGEMM throughput measured in the "
-                    "same run; write DIR/bench.json, DIR/gemm.png and DIR/memory_bound.png.")
+                    "sweep (each KERNEL_backward: its gradients beside torch's autograd), in "
+                    "each dtype, against the copy bandwidth and torch's GEMM throughput in "
+                    "that dtype measured in the same run; write DIR/bench.json, "
+                    "DIR/gemm[_DTYPE].png and DIR/memory_bound[_DTYPE].png.")
     bench_parser.add_argument("kernels", nargs="*", type=_kernel_name, metavar="KERNEL",
                               help=f"kernels to run (default: all): {', '.join(bench.KERNELS)}")
+    bench_parser.add_argument("--dtype", choices=(*DTYPES, "all"), default="all",
+                              help="the dtype of the inputs, torch's counterpart and the "
+                                   "kernels (default: all three, one sweep each)")
     bench_parser.add_argument("--quick", action="store_true",
                               help=f"a tiny sweep with {bench.QUICK_REPEATS} repeats "
                                    "(a smoke test, not numbers to report)")
@@ -174,7 +180,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     scratchops.set_tensor_core_path(args.tensor_core_path)
     kernels = list(dict.fromkeys(args.kernels)) or list(bench.KERNELS)
     repeats = args.repeats or (bench.QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
-    return bench.run_bench(kernels, quick=args.quick, repeats=repeats, out_dir=args.out)
+    dtypes = list(DTYPES) if args.dtype == "all" else [args.dtype]
+    return bench.run_bench(kernels, quick=args.quick, repeats=repeats, out_dir=args.out,
+                           dtypes=dtypes)
 
 
 def cmd_train(args: argparse.Namespace) -> int:

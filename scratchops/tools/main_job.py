@@ -23,14 +23,14 @@ import torch
 import scratchops
 
 from ..problems import PROBLEMS, build_pair
-from .report import ATOL, HALF_TOL, compare, dims, envelope, first_line, fmt, format_table, tolerance
+from .report import (ATOL, DTYPES, HALF_TOL, compare, dims, envelope, first_line, fmt,
+                     format_table, tolerance)
 from .train import training_step
 from .timing import (DEFAULT_WARMUP, environment, tf32_disabled, tf32_settings, time_cuda,
                      time_synchronized)
 
 PROBLEM_KEYS = ("p85", "p31")  # the keys of scratchops.problems.PROBLEMS, in run order
-# The dtypes `run --dtype` covers, by name, in run order, and their labels' short names.
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# The short names of report.DTYPES in the labels.
 SHORT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
@@ -195,7 +195,7 @@ def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict,
               "dtype": str(dtype).removeprefix("torch."),
               "implementations": entries, "speedups": speedups, "ok": ok,
               "batch1_sync": {} if half else batch1_latency(module, args),
-              "training_step": {} if half else training_step(module, shape, args, _status)}
+              "training_step": training_step(module, shape, args, _status, dtype)}
     print(problem_table(key, result))
     return result
 
@@ -246,7 +246,7 @@ def problem_table(key: str, result: dict) -> str:
                   "  ".join(f"{label} {ms:.4f}" for label, ms in result["batch1_sync"].items())]
     if result.get("training_step"):
         t = result["training_step"]
-        lines += ["", "training step (forward + backward, TF32 off; GPU ms): " +
+        lines += ["", f"training step (forward + backward, {result['dtype']}, TF32 off; GPU ms): " +
                   "  ".join(f"{label} {ms:.3f}" for label, ms in t["ms"].items()) +
                   f"; ModelNew's gradients vs eager's: max error "
                   f"{t['max_relative_grad_err_vs_eager']:.2e} of each gradient's largest value"]

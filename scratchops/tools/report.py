@@ -16,6 +16,8 @@ import torch
 ATOL = RTOL = 1e-4
 # KernelBench's tolerance in fp16 and bf16 (atol = rtol), against torch in the same dtype.
 HALF_TOL = 1e-2
+# The dtypes `run --dtype` and `bench --dtype` cover, by name, in run order.
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def tolerance(dtype: torch.dtype) -> float:
@@ -36,6 +38,20 @@ def compare(out: torch.Tensor, expected: torch.Tensor,
     if not math.isfinite(max_err):
         return False, None, "output has NaN or Inf"
     return ok, max_err, ""
+
+
+def compare_gradient(out: torch.Tensor, expected: torch.Tensor) -> tuple[bool, float | None, str]:
+    """compare() for a gradient: allclose at rtol = tol and atol = tol times the larger of 1
+    and the expected gradient's largest magnitude (tol: KernelBench's for out's dtype). A
+    gradient such as a weight's sums over the batch and the plane, so its small entries are
+    differences of entries as large as that sum: an absolute tolerance that does not grow
+    with it would hold them to a precision no sum in that dtype has."""
+    ok, max_err, note = compare(out, expected)
+    if not ok and max_err is not None:
+        tol = tolerance(out.dtype)
+        scale = max(1.0, expected.float().abs().max().item())
+        ok = torch.allclose(out.float(), expected.float(), rtol=tol, atol=tol * scale)
+    return ok, max_err, note
 
 
 def first_line(exc: BaseException) -> str:

@@ -3,7 +3,7 @@
 Every number scratchops reports comes from `time_cuda`: CUDA events around each call, with
 the L2 cache flushed before each timed call so that no run profits from data a previous run
 left in L2 (at P85/P31 sizes the tensors dwarf L2 anyway; at small sizes they would not).
-The ceilings (`measure_copy_bandwidth`, `measure_sgemm_tflops`) are measured on the GPU at
+The ceilings (`measure_copy_bandwidth`, `measure_gemm_tflops`) are measured on the GPU at
 hand, not taken from a datasheet, so "% of ceiling" compares with what this GPU really does.
 """
 
@@ -211,21 +211,24 @@ def measure_copy_bandwidth(nbytes: int = 2**30, *, repeats: int = DEFAULT_REPEAT
     return Ceiling(gbps, "GB/s", f"dst.copy_(src), {nbytes / 2**30:g} GiB", timing)
 
 
-def measure_sgemm_tflops(n: int = 8192, *, repeats: int = DEFAULT_REPEATS) -> Ceiling:
-    """torch.matmul of two n x n fp32 matrices with TF32 off (cuBLAS SGEMM), in TFLOP/s.
+def measure_gemm_tflops(dtype: torch.dtype = torch.float32, n: int = 8192, *,
+                        repeats: int = DEFAULT_REPEATS) -> Ceiling:
+    """torch.matmul of two n x n matrices of `dtype` (cuBLAS; fp32 with TF32 off: SGEMM), in
+    TFLOP/s: the compute-bound kernels' ceiling in that dtype.
 
     The operands are random and never zero (uniform in [0.5, 1.5)): GPUs draw less power,
     and so may clock higher, when multiplying zeros, which would inflate the ceiling.
     """
-    a = torch.rand(n, n, device="cuda").add_(0.5)
-    b = torch.rand(n, n, device="cuda").add_(0.5)
-    c = torch.empty(n, n, device="cuda")
+    a = torch.rand(n, n, device="cuda").add_(0.5).to(dtype)
+    b = torch.rand(n, n, device="cuda").add_(0.5).to(dtype)
+    c = torch.empty(n, n, device="cuda", dtype=dtype)
     with tf32_disabled():
         timing = time_cuda(functools.partial(torch.matmul, a, b, out=c), repeats=repeats)
     del a, b, c
     torch.cuda.empty_cache()
     tflops = 2 * n**3 / (timing.median_ms * 1e-3) / 1e12
-    return Ceiling(tflops, "TFLOP/s", f"torch.matmul fp32 TF32 off, {n}^3", timing)
+    what = "fp32 TF32 off" if dtype == torch.float32 else str(dtype).removeprefix("torch.")
+    return Ceiling(tflops, "TFLOP/s", f"torch.matmul {what}, {n}^3", timing)
 
 
 def environment() -> dict:

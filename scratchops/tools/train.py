@@ -67,17 +67,19 @@ def train_pair(key: str, steps: int, batch: int, seed: int) -> dict:
     return result
 
 
-def training_step(module, shape: tuple[int, ...], args: argparse.Namespace, status) -> dict:
-    """The training step at the run's input shape, TF32 off: forward, then backward with a
-    fixed output gradient (the gradients of the input and of every parameter), GPU ms (median,
-    L2 flushed) of torch eager, torch.compile (of the model; its backward compiled by
-    AOTAutograd) and ModelNew's default variant; and ModelNew's largest gradient error against
-    eager's, relative to each gradient's largest magnitude. For `scratchops run`
-    (its --seed, --repeats and --no-compile); status(message) reports progress."""
+def training_step(module, shape: tuple[int, ...], args: argparse.Namespace, status,
+                  dtype: torch.dtype = torch.float32) -> dict:
+    """The training step at the run's input shape in `dtype` (models and input moved to it, as
+    `run` moves them), TF32 off: forward, then backward with a fixed output gradient (the
+    gradients of the input and of every parameter), GPU ms (median, L2 flushed) of torch
+    eager, torch.compile (of the model; its backward compiled by AOTAutograd) and ModelNew's
+    default variant; and ModelNew's largest gradient error against eager's in that dtype,
+    relative to each gradient's largest magnitude. For `scratchops run` (its --seed, --repeats
+    and --no-compile); status(message) reports progress."""
     model, new = build_pair(module, next(iter(module.VARIANTS)), args.seed)
-    model.train(), new.train()
+    model, new = model.to(dtype).train(), new.to(dtype).train()
     generator = torch.Generator(device="cuda").manual_seed(args.seed)
-    x = torch.rand(shape, device="cuda", generator=generator).requires_grad_()
+    x = torch.rand(shape, device="cuda", generator=generator).to(dtype).requires_grad_()
     impls = {"eager": model, "ModelNew": new}
     if not args.no_compile:
         torch._dynamo.reset()
@@ -96,10 +98,10 @@ def training_step(module, shape: tuple[int, ...], args: argparse.Namespace, stat
 
     with torch.enable_grad(), tf32_disabled():
         with torch.no_grad():
-            out_grad = torch.rand(model(x).shape, device="cuda", generator=generator)
-        status(f"training step: {', '.join(impls)}")
+            out_grad = torch.rand(model(x).shape, device="cuda", generator=generator).to(dtype)
+        status(f"training step in {dtype}: {', '.join(impls)}")
         times = {k: time_cuda(step(m), repeats=args.repeats).median_ms for k, m in impls.items()}
-        error = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+        error = max(((a - b).float().abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
                     for a, b in zip(grads(new), grads(model)))
     return {"ms": times, "max_relative_grad_err_vs_eager": error}
 

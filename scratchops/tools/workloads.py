@@ -1,6 +1,9 @@
 """The benchmark plan of `scratchops bench`: for every kernel, a size sweep up to the two
 problems' full-size tensors, each shape with its inputs, its torch counterpart and the
-scratchops versions to time beside it (bench.py runs them)."""
+scratchops versions to time beside it (bench.py runs them). Each kernel's backward,
+`<kernel>_backward`, runs on the same shapes: the gradients of every input of the forward,
+given a random output gradient, beside torch's autograd on its counterpart (bench_backward.py
+times them)."""
 
 from __future__ import annotations
 
@@ -14,14 +17,16 @@ import torch.nn.functional as F
 import scratchops
 
 from ..problems import PROBLEMS
+from .bench_backward import BACKWARD_SUFFIX, backward_of
 from .report import dims
 
 # Names usable as `scratchops bench KERNEL ...`; each is also the scratchops function name.
 COMPUTE_BOUND = ("gemm", "conv2d", "conv2d_min_add_mul", "conv2d_group_norm_pool_clamp")
 MEMORY_BOUND = ("im2col", "group_norm", "scale", "group_norm_scale", "max_pool2d", "clamp",
                 "max_pool2d_clamp", "min_add_mul")
-KERNELS = ("gemm", "im2col", "conv2d", "conv2d_min_add_mul", "conv2d_group_norm_pool_clamp",
-           *MEMORY_BOUND[1:])
+FORWARD_KERNELS = ("gemm", "im2col", "conv2d", "conv2d_min_add_mul",
+                   "conv2d_group_norm_pool_clamp", *MEMORY_BOUND[1:])
+KERNELS = (*FORWARD_KERNELS, *(k + BACKWARD_SUFFIX for k in FORWARD_KERNELS))
 
 QUICK_REPEATS = 5
 # The naive GEMM (one thread per output, every operand from global memory: the slowest
@@ -39,6 +44,9 @@ P85_IN, P85_OUT, P85_GROUPS = _P85.in_channels, _P85.out_channels, _P85.num_grou
 P85_POOL, P85_CLAMP = _P85.maxpool_kernel_size, (_P85.clamp_min, _P85.clamp_max)
 P31_IN, P31_OUT = _P31.in_channels, _P31.out_channels
 P31_CONSTANT, P31_FACTOR = _P31.constant_value, _P31.scaling_factor
+# torch's side of P31's minimum as KernelBench's Model writes it: torch.min with a 0-dim tensor
+# (torch.minimum's gradient rule, half the gradient to each side of a tie).
+P31_LIMIT = torch.tensor(P31_CONSTANT)
 IMAGE, KERNEL_SIZE = _P85.height, _P85.kernel_size
 assert (_P31.batch_size, _P31.height, _P31.kernel_size) == (BATCH, IMAGE, KERNEL_SIZE)
 CONV_OUT = IMAGE - KERNEL_SIZE + 1  # 126: a 3x3 convolution without padding
@@ -62,6 +70,9 @@ class Workload:
     flop: float | None = None  # compute-bound; memory-bound rows count bytes instead
     note: str = ""
     skip: dict[str, str] = dataclasses.field(default_factory=dict)  # version -> why not run
+    # A backward row: the forwards above build the graph, and what is timed is the gradient of
+    # every input given an output gradient (`flop` then counts the backward's GEMMs).
+    backward: bool = False
 
 
 def _rand(*shape) -> torch.Tensor:
@@ -182,8 +193,8 @@ def p31_fused_workloads(quick: bool) -> list[Workload]:
             lambda n=n: {"input": _rand(n, P31_IN, size, size),
                          "weight": _rand(P31_OUT, P31_IN, KERNEL_SIZE, KERNEL_SIZE) - 0.5,
                          "conv_bias": _rand(P31_OUT), "bias": _randn(P31_OUT, 1, 1)},
-            lambda input, weight, conv_bias, bias: (torch.clamp_max(
-                F.conv2d(input, weight, conv_bias), P31_CONSTANT) + bias) * P31_FACTOR,
+            lambda input, weight, conv_bias, bias: (torch.min(
+                F.conv2d(input, weight, conv_bias), P31_LIMIT) + bias) * P31_FACTOR,
             {"one_kernel": lambda input, weight, conv_bias, bias: scratchops.conv2d_min_add_mul(
                 input, weight, conv_bias, P31_CONSTANT, bias, P31_FACTOR)},
             flop=flop, note="P31 full size" if n == BATCH else ""))
@@ -291,19 +302,25 @@ def min_add_mul_workloads(quick: bool) -> list[Workload]:
     constant, factor = P31_CONSTANT, P31_FACTOR
     return [_memory_workload(
         "min_add_mul", s, _randn_inputs(x=s, bias=(P31_OUT, 1, 1)),
-        lambda x, bias: (torch.clamp_max(x, constant) + bias) * factor,
+        lambda x, bias: (torch.min(x, P31_LIMIT) + bias) * factor,
         lambda x, bias: scratchops.min_add_mul(x, constant, bias, factor))
         for s in _activation_shapes(P31_OUT, quick)]
 
 
 def plan(kernels: Sequence[str], quick: bool) -> list[Workload]:
     """The workloads of the given kernels, in KERNELS order, each kernel's smallest first."""
+    forward = [k for k in FORWARD_KERNELS if k in kernels]
+    backward = [k for k in FORWARD_KERNELS if k + BACKWARD_SUFFIX in kernels]
+    return _forward_plan(forward, quick) + [backward_of(w) for w in _forward_plan(backward, quick)]
+
+
+def _forward_plan(kernels: Sequence[str], quick: bool) -> list[Workload]:
     builders = {"gemm": gemm_workloads, "im2col": im2col_workloads,
                 "conv2d": conv2d_workloads, "min_add_mul": min_add_mul_workloads,
                 "conv2d_min_add_mul": p31_fused_workloads,
                 "conv2d_group_norm_pool_clamp": p85_one_pass_workloads}
     workloads = []
-    for kernel in KERNELS:
+    for kernel in FORWARD_KERNELS:
         if kernel in builders and kernel in kernels:
             workloads.extend(builders[kernel](quick))
         elif kernel in kernels:  # the P85 epilogue ops
