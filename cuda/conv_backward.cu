@@ -23,12 +23,29 @@
 // 1-4, fp32 arithmetic whatever torch's TF32 switches say) and col2im add in float; each
 // result is rounded to the element type when stored (the per-image weight partials too).
 //
-// Versions, one idea each (one version each here):
+// Versions, one idea each:
 //   col2im v1 gather   one thread per input element, reading the column entries of the taps
 //                      that cover it: the transpose of im2col's scatter-free copy, with no
 //                      write conflicts and so no atomics
 //   input / weight     the chains above over chunks of images, on the CUDA-core GEMM the
 //   gradient v1 chain  forward's im2col path uses (its version a parameter)
+//   input gradient     (gemm_version = kGemmTensorCoreVersion) with stride 1 the input
+//   v2 convolution     gradient is itself a convolution: dx[n][c][h][w] = sum over co, i, j
+//                      of dy[n][co][h + pad - i*dil][w + pad - j*dil] W[co][c][i][j]; with
+//                      i' = kh-1-i that is a correlation of dy, padded by dil*(kh-1) - pad,
+//                      with Wf[c][co][i'][j'] = W[co][c][kh-1-i'][kw-1-j'] (flipped,
+//                      channels swapped): the forward's implicit GEMM on the tensor cores
+//                      (conv_implicit.cu, 3xTF32), and neither dcols nor col2im's pass.
+//                      Strided convolutions (and padding past dil*(k-1)) keep v1.
+//   weight gradient    (gemm_version = kGemmTensorCoreVersion) v1's GEMM on the tensor cores
+//   v2 split-K         (gemm v9, 3xTF32). Its reduction runs over the chunk's pixels, N*P
+//                      long, but its output is only K x Cout (5 tiles of 128 x 128 for P31):
+//                      one tile per multiprocessor would leave most of them idle. So im2col
+//                      writes the chunk's images side by side (K x chunk*P, zero-padded to a
+//                      whole number of slices), the reduction is cut into slices of
+//                      kWeightGradSlice pixels, each slice one entry of a batched GEMM (its own
+//                      partial dWᵀ), and the partials are added in slice order: many tiles per
+//                      launch, a fixed order of sums (deterministic), no atomics.
 
 #include "common.cuh"
 #include "launchers.h"
@@ -38,8 +55,63 @@ namespace {
 
 constexpr int kCol2imThreads = 256;
 constexpr int kChainIm2colVersion = 2;  // the row version, as the forward's im2col path
+constexpr int kFlipThreads = 256;
+// The CUDA-core GEMM of a strided convolution's input gradient asked for on the tensor cores
+// (v1 there): the pipelined one, conv2d's im2col default.
+constexpr int kChainGemmVersion = 4;
+// Pixels per ordered partial sum of the weight gradient v2: long enough that a slice's tile
+// spends its time in the product (64 k-blocks of 32), short enough that P31's chunks give
+// hundreds of tiles.
+constexpr int kWeightGradSlice = 2048;
 
 long long round_up4(long long n) { return (n + 3) / 4 * 4; }
+// Elements of T in a piece of `bytes` bytes rounded up to 16 (every piece stays 16-byte
+// aligned: the tensor cores' packing stores 16 bytes at a time).
+template <class T>
+long long aligned_elements(long long bytes) {
+    return (bytes + 15) / 16 * 16 / static_cast<long long>(sizeof(T));
+}
+
+bool on_tensor_cores(int gemm_version) { return gemm_version == kGemmTensorCoreVersion; }
+
+// Input gradient v2: whether it is a convolution (stride 1, padding at most dil*(k-1)), and
+// that convolution's geometry: dy's planes (out_channels of them) in, x's size out.
+bool input_grad_is_a_convolution(const Conv2dGeometry& g) {
+    return g.stride_h == 1 && g.stride_w == 1 && g.pad_h <= g.dil_h * (g.kernel_h - 1) &&
+           g.pad_w <= g.dil_w * (g.kernel_w - 1);
+}
+Conv2dGeometry input_grad_geometry(const Conv2dGeometry& g, int out_channels) {
+    return {out_channels, g.out_h, g.out_w, g.kernel_h, g.kernel_w, 1, 1,
+            g.dil_h * (g.kernel_h - 1) - g.pad_h, g.dil_w * (g.kernel_w - 1) - g.pad_w,
+            g.dil_h, g.dil_w, g.height, g.width};
+}
+
+// Wf[c][co][i][j] = W[co][c][kh-1-i][kw-1-j]: element e of Wf (C x Cout x kh x kw),
+// e = ((c*Cout + co)*kh + i)*kw + j, reads W[((co*C + c)*kh + kh-1-i)*kw + kw-1-j].
+template <class T>
+__global__ void flip_weights_kernel(const T* __restrict__ w, T* __restrict__ flipped, int total,
+                                    int out_channels, int channels, int kernel_h, int kernel_w) {
+    const unsigned index = blockIdx.x * kFlipThreads + threadIdx.x;
+    if (index >= static_cast<unsigned>(total)) return;
+    const int e = static_cast<int>(index);
+    const int j = e % kernel_w, i = (e / kernel_w) % kernel_h;
+    const int co = (e / (kernel_w * kernel_h)) % out_channels;
+    const int c = e / (kernel_w * kernel_h * out_channels);
+    flipped[e] = w[((co * channels + c) * kernel_h + kernel_h - 1 - i) * kernel_w + kernel_w - 1 - j];
+}
+
+// Input gradient v2's workspace: Wf, then its packing for the implicit GEMM.
+struct FlippedWeights {
+    long long flipped, packed;  // elements of T
+};
+template <class T>
+FlippedWeights flipped_weights(int out_channels, const Conv2dGeometry& g) {
+    const long long taps = static_cast<long long>(g.channels) * out_channels * g.kernel_h *
+                           g.kernel_w;
+    return {aligned_elements<T>(taps * static_cast<long long>(sizeof(T))),
+            aligned_elements<T>(conv2d_implicit_packed_bytes(input_grad_geometry(g, out_channels),
+                                                             g.channels))};
+}
 
 // Element e of dx (a chunk of images of C x H x W), e = ((b*C + c)*H + h)*W + w, sums
 // cols[b][k][oh*out_w + ow] over the taps k = (c*kernel_h + i)*kernel_w + j whose window puts
@@ -111,6 +183,148 @@ long long chunk_images(int batch, const GradShape& s, long long per_image, long 
     return images > 1 ? images : 1;
 }
 
+// Weight gradient v2, one chunk of `images` images: its pixels padded to whole slices, and its
+// workspace after the float accumulator: the columns side by side (K x padded), dyᵀ
+// (padded x Cout), one partial dWᵀ (K x Cout) per slice, and gemm v9's packing of dyᵀ.
+struct SlicedChunk {
+    long long padded;
+    int slices;
+    long long cols, dy_t, partials, pack;  // elements of T, each piece 16-byte aligned
+    long long elements() const { return cols + dy_t + partials + pack; }
+};
+// The batched GEMM of one chunk: entry e = slice e, partial[e] (K x Cout) = cols[:, slice e]
+// (K x kWeightGradSlice, rows `padded` apart) @ dyᵀ[slice e] (kWeightGradSlice x Cout).
+template <class T>
+GemmArgs<T> slice_gemm(const T* cols, const T* dy_t, T* partials, const GradShape& s,
+                       int out_channels, long long padded, int slices, TensorCorePath engine) {
+    GemmArgs<T> gemm{cols, dy_t, nullptr, partials, static_cast<int>(s.taps), out_channels,
+                     kWeightGradSlice, /*lda=*/static_cast<int>(padded), /*ldb=*/out_channels,
+                     /*ldc=*/out_channels, /*stride_a=*/kWeightGradSlice,
+                     /*stride_b=*/static_cast<long long>(kWeightGradSlice) * out_channels,
+                     /*stride_c=*/s.taps * out_channels, slices};
+    gemm.engine = engine;
+    return gemm;
+}
+template <class T>
+SlicedChunk sliced_chunk(long long images, int out_channels, const Conv2dGeometry& g) {
+    const GradShape s = grad_shape(g);
+    SlicedChunk c{};
+    c.slices = static_cast<int>((images * s.pixels + kWeightGradSlice - 1) / kWeightGradSlice);
+    c.padded = static_cast<long long>(c.slices) * kWeightGradSlice;
+    const long long bytes = sizeof(T);
+    c.cols = aligned_elements<T>(s.taps * c.padded * bytes);
+    c.dy_t = aligned_elements<T>(c.padded * out_channels * bytes);
+    c.partials = aligned_elements<T>(c.slices * s.taps * out_channels * bytes);
+    const GemmArgs<T> gemm = slice_gemm<T>(nullptr, nullptr, nullptr, s, out_channels, c.padded,
+                                           c.slices, TensorCorePath::kWgmma);
+    c.pack = aligned_elements<T>(
+        gemm_workspace_bytes<T>(kGemmTensorCoreVersion, gemm, 1LL << 62));
+    return c;
+}
+// Whether a chunk of `images` fits `available` elements and 32-bit offsets (the columns,
+// dyᵀ and the partials each below 2^31 elements).
+template <class T>
+bool sliced_chunk_fits(long long images, int out_channels, const Conv2dGeometry& g,
+                       long long available) {
+    const GradShape s = grad_shape(g);
+    const SlicedChunk c = sliced_chunk<T>(images, out_channels, g);
+    return c.elements() <= available && s.taps * c.padded <= kMaxInt32Count &&
+           c.padded * out_channels <= kMaxInt32Count &&
+           c.slices * s.taps * out_channels <= kMaxInt32Count;
+}
+// The most images (at least one) whose chunk fits: a binary search, the size growing with
+// the images.
+template <class T>
+long long sliced_images(int batch, int out_channels, const Conv2dGeometry& g,
+                        long long available) {
+    long long lo = 1, hi = batch > 1 ? batch : 1;
+    while (lo < hi) {
+        const long long mid = (lo + hi + 1) / 2;
+        if (sliced_chunk_fits<T>(mid, out_channels, g, available)) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+template <class T>
+long long weight_grad_fixed(int out_channels, const Conv2dGeometry& g) {  // the accumulator
+    return aligned_elements<T>(grad_shape(g).taps * out_channels *
+                               static_cast<long long>(sizeof(float)));
+}
+
+// Input gradient v2: dx = conv2d(dy, Wf, padding dil*(k-1) - pad) on the tensor cores.
+template <class T>
+cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int batch,
+                                      int out_channels, const Conv2dGeometry& g,
+                                      TensorCorePath engine, T* workspace, cudaStream_t stream) {
+    const Conv2dGeometry flipped_g = input_grad_geometry(g, out_channels);
+    const FlippedWeights f = flipped_weights<T>(out_channels, g);
+    T* flipped = workspace;
+    const int total = g.channels * out_channels * g.kernel_h * g.kernel_w;
+    flip_weights_kernel<T><<<(total + kFlipThreads - 1) / kFlipThreads, kFlipThreads, 0,
+                             stream>>>(weight, flipped, total, out_channels, g.channels,
+                                       g.kernel_h, g.kernel_w);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    void* packed = workspace + f.flipped;
+    err = conv2d_implicit_pack<T>(flipped, g.channels, flipped_g, packed, stream);
+    if (err != cudaSuccess) return err;
+    return conv2d_implicit_launch<T>(dy, packed, nullptr, dx, batch, g.channels, flipped_g,
+                                     ConvTail<T>{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f},
+                                     /*tf32=*/false, engine, stream,
+                                     /*group_k_blocks=*/false);
+}
+
+// Weight gradient v2: over chunks of images, the columns side by side, dyᵀ, one partial dWᵀ
+// per slice of kWeightGradSlice pixels (gemm v9), the partials added in slice order.
+template <class T>
+cudaError_t weight_grad_sliced(const T* dy, const T* x, T* dweight, int batch, int out_channels,
+                               const Conv2dGeometry& g, TensorCorePath engine, T* workspace,
+                               long long workspace_elements, cudaStream_t stream) {
+    const GradShape s = grad_shape(g);
+    const long long kc = s.taps * out_channels;
+    const long long fixed = weight_grad_fixed<T>(out_channels, g);
+    const long long images = sliced_images<T>(batch, out_channels, g, workspace_elements - fixed);
+    float* accumulator = reinterpret_cast<float*>(workspace);
+    const long long image_elements = static_cast<long long>(g.channels) * g.height * g.width;
+    cudaError_t err = cudaSuccess;
+    if (batch == 0)  // an empty batch: dW = 0 (a sum of no partials)
+        err = batch_sum_launch<T, float>(nullptr, nullptr, accumulator, 0, static_cast<int>(kc),
+                                         stream);
+    for (long long n0 = 0; n0 < batch && err == cudaSuccess; n0 += images) {
+        const int count = static_cast<int>(batch - n0 < images ? batch - n0 : images);
+        const SlicedChunk c = sliced_chunk<T>(count, out_channels, g);
+        T* cols = workspace + fixed;
+        T* dy_t = cols + c.cols;
+        T* partials = dy_t + c.dy_t;
+        T* pack = partials + c.partials;
+        const long long pixels = count * s.pixels;
+        // The padding past the chunk's pixels is zero in both operands (0 * anything left in
+        // the workspace could be NaN).
+        err = cudaMemset2DAsync(cols + pixels, c.padded * sizeof(T), 0,
+                                (c.padded - pixels) * sizeof(T), s.taps, stream);
+        if (err == cudaSuccess)
+            err = cudaMemsetAsync(dy_t + pixels * out_channels, 0,
+                                  (c.padded - pixels) * out_channels * sizeof(T), stream);
+        if (err == cudaSuccess)
+            err = im2col_side_by_side_launch(x + n0 * image_elements, cols, count, g, c.padded,
+                                             stream);
+        if (err == cudaSuccess)  // dyᵀ: image b's P x Cout block at rows b*P
+            err = transpose_launch<T, T>(dy + n0 * out_channels * s.pixels, dy_t, count,
+                                         out_channels, static_cast<int>(s.pixels), stream);
+        if (err == cudaSuccess)
+            err = gemm_launch(kGemmTensorCoreVersion,
+                              slice_gemm<T>(cols, dy_t, partials, s, out_channels, c.padded,
+                                            c.slices, engine),
+                              pack, c.pack * static_cast<long long>(sizeof(T)), stream);
+        if (err == cudaSuccess)  // accumulator += partial[0] + partial[1] + ..., in order
+            err = batch_sum_launch<T, float>(partials, n0 == 0 ? nullptr : accumulator,
+                                             accumulator, c.slices, static_cast<int>(kc), stream);
+    }
+    if (err != cudaSuccess) return err;
+    return transpose_launch<float, T>(accumulator, dweight, 1, static_cast<int>(s.taps),
+                                      out_channels, stream);
+}
+
 }  // namespace
 
 template <class T>
@@ -125,9 +339,19 @@ cudaError_t col2im_launch(const T* cols, T* dx, int batch, const Conv2dGeometry&
 
 template <class T>
 long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channels,
-                                         const Conv2dGeometry& g, long long workspace_bytes) {
-    const GradWorkspace w = grad_workspace<T>(weight, out_channels, g);
+                                         const Conv2dGeometry& g, int gemm_version,
+                                         long long workspace_bytes) {
     const long long budget = workspace_bytes / static_cast<long long>(sizeof(T));
+    if (on_tensor_cores(gemm_version) && !weight && input_grad_is_a_convolution(g)) {
+        const FlippedWeights f = flipped_weights<T>(out_channels, g);
+        return f.flipped + f.packed;
+    }
+    if (on_tensor_cores(gemm_version) && weight) {
+        const long long fixed = weight_grad_fixed<T>(out_channels, g);
+        const long long images = sliced_images<T>(batch, out_channels, g, budget - fixed);
+        return fixed + sliced_chunk<T>(images, out_channels, g).elements();
+    }
+    const GradWorkspace w = grad_workspace<T>(weight, out_channels, g);
     const long long images = chunk_images(batch, grad_shape(g), w.per_image, budget - w.fixed);
     return w.fixed + images * w.per_image;
 }
@@ -135,8 +359,12 @@ long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channel
 template <class T>
 cudaError_t conv2d_input_grad_launch(const T* dy, const T* weight, T* dx, int batch,
                                      int out_channels, const Conv2dGeometry& g, int gemm_version,
-                                     T* workspace, long long workspace_elements,
-                                     cudaStream_t stream) {
+                                     TensorCorePath engine, T* workspace,
+                                     long long workspace_elements, cudaStream_t stream) {
+    if (on_tensor_cores(gemm_version) && input_grad_is_a_convolution(g))
+        return input_grad_as_convolution(dy, weight, dx, batch, out_channels, g, engine,
+                                         workspace, stream);
+    if (on_tensor_cores(gemm_version)) gemm_version = kChainGemmVersion;
     const GradShape s = grad_shape(g);
     const GradWorkspace w = grad_workspace<T>(false, out_channels, g);
     const long long images = chunk_images(batch, s, w.per_image, workspace_elements - w.fixed);
@@ -166,8 +394,11 @@ cudaError_t conv2d_input_grad_launch(const T* dy, const T* weight, T* dx, int ba
 template <class T>
 cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int batch,
                                       int out_channels, const Conv2dGeometry& g, int gemm_version,
-                                      T* workspace, long long workspace_elements,
-                                      cudaStream_t stream) {
+                                      TensorCorePath engine, T* workspace,
+                                      long long workspace_elements, cudaStream_t stream) {
+    if (on_tensor_cores(gemm_version))
+        return weight_grad_sliced(dy, x, dweight, batch, out_channels, g, engine, workspace,
+                                  workspace_elements, stream);
     const GradShape s = grad_shape(g);
     const GradWorkspace w = grad_workspace<T>(true, out_channels, g);
     const long long images = chunk_images(batch, s, w.per_image, workspace_elements - w.fixed);
@@ -212,13 +443,15 @@ cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int b
     template cudaError_t col2im_launch<T>(const T*, T*, int, const Conv2dGeometry&,           \
                                           cudaStream_t);                                      \
     template long long conv2d_grad_workspace_elements<T>(bool, int, int, const Conv2dGeometry&, \
-                                                         long long);                          \
+                                                         int, long long);                     \
     template cudaError_t conv2d_input_grad_launch<T>(const T*, const T*, T*, int, int,        \
-                                                     const Conv2dGeometry&, int, T*, long long, \
+                                                     const Conv2dGeometry&, int,              \
+                                                     TensorCorePath, T*, long long,           \
                                                      cudaStream_t);                           \
     template cudaError_t conv2d_weight_grad_launch<T>(const T*, const T*, T*, int, int,       \
-                                                      const Conv2dGeometry&, int, T*,         \
-                                                      long long, cudaStream_t);
+                                                      const Conv2dGeometry&, int,             \
+                                                      TensorCorePath, T*, long long,          \
+                                                      cudaStream_t);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X
 

@@ -73,19 +73,23 @@ __global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ cols, int
                      : from_float<T>(0.0f);
 }
 
-// Block r = blockIdx.x = b * K + k writes row r of cols, cols[r * pixel_count + q] for
-// q in [0, pixel_count): thread t takes q = t, t + T, t + 2T, ... (T = blockDim.x), i.e.
-// output pixels p = pixel_begin + q. Its (oh, ow) starts at divmod(pixel_begin + t, out_w)
-// and moves by the constant step divmod(T, out_w) with one carry, never dividing again.
+// Block r = blockIdx.x = b * K + k writes the row of image b and tap k,
+// cols[b * image_stride + k * row_stride + q] for q in [0, pixel_count): thread t takes
+// q = t, t + T, t + 2T, ... (T = blockDim.x), i.e. output pixels p = pixel_begin + q. Its
+// (oh, ow) starts at divmod(pixel_begin + t, out_w) and moves by the constant step
+// divmod(T, out_w) with one carry, never dividing again. Each image's own K x pixel_count
+// matrix: image_stride = K * pixel_count, row_stride = pixel_count; the images side by side
+// (im2col_side_by_side_launch): image_stride = pixel_count, row_stride = the long row.
 template <class T>
 __global__ void im2col_rows_kernel(const T* __restrict__ x, T* __restrict__ cols,
-                                   Conv2dGeometry g, int pixel_begin, int pixel_count) {
+                                   Conv2dGeometry g, int pixel_begin, int pixel_count,
+                                   int image_stride, int row_stride) {
     const int row = blockIdx.x;
     const int taps = g.channels * g.kernel_h * g.kernel_w;  // K
-    const int b = row / taps;
-    const Tap t = decode_tap(row % taps, g);
+    const int b = row / taps, k = row % taps;
+    const Tap t = decode_tap(k, g);
     const T* plane = x + (b * g.channels + t.c) * g.height * g.width;  // < numel(x)
-    T* out = cols + row * pixel_count;                                  // < numel(cols)
+    T* out = cols + b * image_stride + k * row_stride;                  // < numel(cols)
     // Input coordinates of output pixel (oh, ow) for this tap: ih = oh*stride_h + ih_offset.
     const int ih_offset = t.kh * g.dil_h - g.pad_h, iw_offset = t.kw * g.dil_w - g.pad_w;
 
@@ -125,8 +129,10 @@ cudaError_t launch_v1_per_element(const T* x, T* cols, int batch, const Conv2dGe
 template <class T>
 cudaError_t launch_v2_rows(const T* x, T* cols, int batch, const Conv2dGeometry& g,
                            int pixel_begin, int pixel_count, cudaStream_t stream) {
-    const int rows = batch * g.channels * g.kernel_h * g.kernel_w;  // < 2^31 (cols fits)
+    const int taps = g.channels * g.kernel_h * g.kernel_w;
+    const int rows = batch * taps;  // < 2^31 (cols fits)
     im2col_rows_kernel<<<rows, kIm2colThreads, 0, stream>>>(x, cols, g, pixel_begin,
+                                                             pixel_count, taps * pixel_count,
                                                              pixel_count);
     return cudaGetLastError();
 }
@@ -227,9 +233,26 @@ cudaError_t im2col_launch(int version, const T* x, T* cols, int batch, const Con
     }
 }
 
+template <class T>
+cudaError_t im2col_side_by_side_launch(const T* x, T* cols, int batch, const Conv2dGeometry& g,
+                                       long long row_pitch, cudaStream_t stream) {
+    const long long taps = static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w;
+    const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
+    if (row_pitch < batch * pixels || taps * row_pitch > kMaxInt32Count)
+        return cudaErrorInvalidValue;
+    if (batch == 0) return cudaSuccess;
+    im2col_rows_kernel<<<static_cast<int>(batch * taps), kIm2colThreads, 0, stream>>>(
+        x, cols, g, 0, static_cast<int>(pixels), static_cast<int>(pixels),
+        static_cast<int>(row_pitch));
+    return cudaGetLastError();
+}
+
 #define X(T)                                                                                  \
     template cudaError_t im2col_launch<T>(int, const T*, T*, int, const Conv2dGeometry&, int, \
                                           int, cudaStream_t);                                 \
+    template cudaError_t im2col_side_by_side_launch<T>(const T*, T*, int,                     \
+                                                       const Conv2dGeometry&, long long,      \
+                                                       cudaStream_t);                         \
     template long long conv2d_im2col_workspace_elements<T>(int, int, const Conv2dGeometry&,   \
                                                            long long, bool);                  \
     template cudaError_t conv2d_im2col_launch<T>(const T*, const T*, const T*, T*, int, int,  \

@@ -109,13 +109,13 @@ int tile_width(int out_channels) { return out_channels <= kNarrowBN ? kNarrowBN 
 template <int BN, int MB, int STAGES, bool kTf32, class T>
 cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batch,
                 int out_channels, const Conv2dGeometry& g, const ConvTail<T>& tail,
-                TensorCorePath engine, cudaStream_t stream) {
+                bool group_k_blocks, TensorCorePath engine, cudaStream_t stream) {
     const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
     const ConvStore<T> store{y, bias, tail, f};
     const int m = batch * g.out_h * g.out_w;
     const tc::PackedB layout = conv_tc::weight_layout(g, out_channels, BN);
     auto go = [&](auto loader) {
-        return layout.num_kb >= kGroupFrom
+        return group_k_blocks && layout.num_kb >= kGroupFrom
                    ? tensor_core_launch<BN, MB, STAGES, kGroup, kTf32>(
                          engine, loader, store, packed, layout, m, 1, true, stream)
                    : tensor_core_launch<BN, MB, STAGES, 1, kTf32>(engine, loader, store, packed,
@@ -144,15 +144,15 @@ template <class T>
 cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias, T* y,
                                    int batch, int out_channels, const Conv2dGeometry& g,
                                    const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, bool group_k_blocks) {
     if (batch <= 0 || out_channels <= 0 || g.out_h <= 0 || g.out_w <= 0) return cudaSuccess;
     const auto* p = static_cast<const uint8_t*>(packed);
     auto go = [&](auto kTf32) {
         if (tile_width(out_channels) == kNarrowBN)
             return run<kNarrowBN, kNarrowMB, kNarrowStages, decltype(kTf32)::value>(
-                x, p, bias, y, batch, out_channels, g, tail, engine, stream);
+                x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine, stream);
         return run<kWideBN, kWideMB, kWideStages, decltype(kTf32)::value>(
-            x, p, bias, y, batch, out_channels, g, tail, engine, stream);
+            x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine, stream);
     };
     // (The half types have the single-product mode alone: their 3xTF32 kernels are never built.)
     if constexpr (std::is_same_v<T, float>)
@@ -166,7 +166,7 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
     template cudaError_t conv2d_implicit_launch<T>(const T*, const void*, const T*, T*, int,  \
                                                    int, const Conv2dGeometry&,               \
                                                    const ConvTail<T>&, bool, TensorCorePath, \
-                                                   cudaStream_t);
+                                                   cudaStream_t, bool);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X
 

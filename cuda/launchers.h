@@ -119,6 +119,12 @@ template <class T>
 cudaError_t im2col_launch(int version, const T* x, T* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,
                           cudaStream_t stream);
+// The same columns (v2) of `batch` whole images side by side: image b's pixels at columns
+// [b*P, (b+1)*P) (P = out_h*out_w) of each of the K rows, rows row_pitch >= batch*P elements
+// apart (K x row_pitch in all, below 2^31 elements; columns past batch*P left as they are).
+template <class T>
+cudaError_t im2col_side_by_side_launch(const T* x, T* cols, int batch, const Conv2dGeometry& g,
+                                       long long row_pitch, cudaStream_t stream);
 // y = conv2d(x, weight) + bias as im2col + gemm (versions 1-4) over chunks of the batch, or of
 // one image's output pixels, whose columns fit a workspace of conv2d_im2col_workspace_elements
 // elements of T (computed from the budget workspace_bytes; never less than one column of
@@ -160,11 +166,14 @@ long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels
 template <class T>
 cudaError_t conv2d_implicit_pack(const T* weight, int out_channels, const Conv2dGeometry& g,
                                  void* packed, cudaStream_t stream);
+// group_k_blocks: let long reductions keep several k-blocks in one partial sum (5% faster on
+// P31's forward, a little less accurate: conv_implicit.cu); false: one k-block a partial sum
+// (the input gradient of conv_backward.cu, whose error the tests hold to 4x torch's).
 template <class T>
 cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias, T* y,
                                    int batch, int out_channels, const Conv2dGeometry& g,
                                    const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, bool group_k_blocks = true);
 // Whether a convolution whose torch counterpart may use TF32 (torch.backends.cudnn.allow_tf32)
 // computes in TF32: cuDNN chooses per shape, and the rule that agrees with it best over the
 // measured shapes (docs/tf32.md) is a reduction of at least kTf32MinReduction = Cin*kh*kw.
@@ -279,25 +288,29 @@ template <class T>
 cudaError_t col2im_launch(const T* cols, T* dx, int batch, const Conv2dGeometry& g,
                           cudaStream_t stream);
 // A convolution's input gradient (dx, the input's shape) and weight gradient (dweight,
-// out_channels x C x kh x kw) from dy (batch x out_channels x out_h x out_w), through im2col,
-// col2im and the CUDA-core GEMM `gemm_version` (1-4), over chunks of whole images. The
-// workspace holds conv2d_grad_workspace_elements elements of T (weight: for the weight
-// gradient), 16-byte aligned: what the budget workspace_bytes allows, but at least one image's
-// chunk. The caller checks that one image's columns (C*kh*kw x out_h*out_w) hold fewer than
-// 2^31 elements.
+// out_channels x C x kh x kw) from dy (batch x out_channels x out_h x out_w), over chunks of
+// whole images: gemm_version 1-4 through im2col, col2im and that CUDA-core GEMM (v1 of
+// conv_backward.cu); kGemmTensorCoreVersion on the tensor cores of `engine`, fp32-accurate
+// (3xTF32; the half types: the single-product mode): the input gradient as a convolution
+// (stride 1; v1 otherwise), the weight gradient in ordered slices on gemm v9 (v2 of
+// conv_backward.cu). The workspace holds conv2d_grad_workspace_elements elements of T
+// (weight: for the weight gradient), 16-byte aligned: what the budget workspace_bytes allows,
+// but at least one image's chunk. The caller checks that one image's columns
+// (C*kh*kw x out_h*out_w) hold fewer than 2^31 elements.
 template <class T>
 long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channels,
-                                         const Conv2dGeometry& g, long long workspace_bytes);
+                                         const Conv2dGeometry& g, int gemm_version,
+                                         long long workspace_bytes);
 template <class T>
 cudaError_t conv2d_input_grad_launch(const T* dy, const T* weight, T* dx, int batch,
                                      int out_channels, const Conv2dGeometry& g, int gemm_version,
-                                     T* workspace, long long workspace_elements,
-                                     cudaStream_t stream);
+                                     TensorCorePath engine, T* workspace,
+                                     long long workspace_elements, cudaStream_t stream);
 template <class T>
 cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int batch,
                                       int out_channels, const Conv2dGeometry& g, int gemm_version,
-                                      T* workspace, long long workspace_elements,
-                                      cudaStream_t stream);
+                                      TensorCorePath engine, T* workspace,
+                                      long long workspace_elements, cudaStream_t stream);
 
 // ------------------------------------------------------------ channelwise_backward.cu
 // out[c] = factor * sum over n, s of a[n][c][s] * b[n][c][s] (b nullptr: of a), over an

@@ -19,9 +19,12 @@ What each backward computes:
                    batch; the bias the sum of dC over the batch and the columns.
   conv2d           the im2col + GEMM chain transposed (cuda/conv_backward.cu): the input's
                    gradient by Wᵀ dY and col2im, the weight's by dY im2col(X)ᵀ summed over the
-                   images, the bias's by per-channel sums. On the CUDA-core GEMM (version
-                   gemm_version), fp32-accurate whatever torch's TF32 switches say, for every
-                   algorithm (the implicit GEMM's forward included).
+                   images, the bias's by per-channel sums. After the im2col forward: on its
+                   CUDA-core GEMM (version gemm_version). After a tensor-core forward (the
+                   implicit GEMM, and the fused convolutions built on it): on the tensor cores,
+                   the input's gradient a convolution of dY (stride 1), the weight's in ordered
+                   slices on gemm v9. fp32-accurate either way, whatever torch's TF32 switches
+                   say.
   group_norm       one kernel for dx and one for the parameters (cuda/groupnorm_backward.cu),
                    the scale of group_norm_scale included.
   scale            dx = dy * scale (the scale kernel itself); dscale = per-channel sums of dy * x.
@@ -41,9 +44,11 @@ import torch
 from ._validate import ONE_PASS_POOL
 from .versions import (CONV2D_ALGORITHMS, CONV_GN_POOL_CUDA_CORE_VERSION,
                        DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_GROUP_NORM_VERSION,
-                       DEFAULT_IM2COL_GEMM_VERSION)
+                       DEFAULT_IM2COL_GEMM_VERSION, GEMM_TENSOR_CORE_VERSION,
+                       TENSOR_CORE_GRAD_WORKSPACE_BYTES)
 
 OPS = torch.ops.scratchops
+IMPLICIT_GEMM = CONV2D_ALGORITHMS["implicit_gemm"]
 
 
 def _contiguous(grad):
@@ -55,10 +60,13 @@ def _per_channel(sums, param):
     return sums.view(param.shape)
 
 
-def _conv_grads(grad, x, weight, bias_given, stride, padding, dilation, workspace_bytes,
-                gemm_version, needs_x=None, needs_weight=None, needs_bias=None):
+def _conv_grads(grad, x, weight, bias_given, stride, padding, dilation, algorithm,
+                workspace_bytes, gemm_version, needs_x=None, needs_weight=None, needs_bias=None):
     """(dx, dweight, dbias) of conv2d(x, weight, bias) given the output's gradient; None for
-    each that is not needed."""
+    each that is not needed. The im2col algorithm's on its CUDA-core GEMM (gemm_version, in a
+    workspace of workspace_bytes), the implicit GEMM's on the tensor cores."""
+    if algorithm == CONV2D_ALGORITHMS["implicit_gemm"]:
+        workspace_bytes, gemm_version = TENSOR_CORE_GRAD_WORKSPACE_BYTES, GEMM_TENSOR_CORE_VERSION
     dx = dw = db = None
     if needs_x:
         dx = OPS._conv2d_input_grad(grad, weight, list(x.shape), stride, padding, dilation,
@@ -111,7 +119,7 @@ def backward_gemm(ctx, grad):
 
 # --------------------------------------------------------------------------------- conv2d
 def setup_conv2d(ctx, inputs, output):
-    (x, weight, bias, ctx.stride, ctx.padding, ctx.dilation, _, ctx.workspace_bytes,
+    (x, weight, bias, ctx.stride, ctx.padding, ctx.dilation, ctx.algorithm, ctx.workspace_bytes,
      ctx.gemm_version) = inputs
     ctx.save_for_backward(x, weight, bias)
 
@@ -120,8 +128,8 @@ def backward_conv2d(ctx, grad):
     x, weight, bias = ctx.saved_tensors
     needs = ctx.needs_input_grad
     dx, dw, db = _conv_grads(_contiguous(grad), x, weight, bias is not None, ctx.stride,
-                             ctx.padding, ctx.dilation, ctx.workspace_bytes, ctx.gemm_version,
-                             needs[0], needs[1], needs[2])
+                             ctx.padding, ctx.dilation, ctx.algorithm, ctx.workspace_bytes,
+                             ctx.gemm_version, needs[0], needs[1], needs[2])
     return dx, dw, None if db is None else _per_channel(db, bias), None, None, None, None, None, None
 
 
@@ -139,12 +147,12 @@ def backward_conv2d_min_add_mul(ctx, grad):
     conv_grad = None
     if needs[0] or needs[1] or needs[2]:  # the convolution's output again, then the min's rule
         y = OPS.conv2d(x, weight, conv_bias, ctx.stride, ctx.padding, ctx.dilation,
-                       CONV2D_ALGORITHMS["implicit_gemm"], DEFAULT_CONV_WORKSPACE_BYTES,
-                       DEFAULT_IM2COL_GEMM_VERSION)
+                       IMPLICIT_GEMM, DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION)
         conv_grad = OPS._min_add_mul_backward(grad, y, ctx.constant, ctx.factor)
     dx, dw, dcb = _conv_grads(conv_grad, x, weight, conv_bias is not None, ctx.stride,
-                              ctx.padding, ctx.dilation, DEFAULT_CONV_WORKSPACE_BYTES,
-                              DEFAULT_IM2COL_GEMM_VERSION, needs[0], needs[1], needs[2])
+                              ctx.padding, ctx.dilation, IMPLICIT_GEMM,
+                              DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION,
+                              needs[0], needs[1], needs[2])
     dbias = None
     if needs[7]:
         dbias = _per_channel(OPS._channel_sums(grad, None, ctx.factor), bias)
@@ -176,8 +184,8 @@ def backward_conv2d_group_norm_pool_clamp(ctx, grad):
     conv_grad, dgw, dgb, dscale = OPS._group_norm_backward(pooled_grad, conv, ctx.num_groups,
                                                            gn_weight, gn_bias, scale, ctx.eps)
     dx, dw, dcb = _conv_grads(conv_grad, x, weight, conv_bias is not None, one, zero, one,
-                              DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION,
-                              needs[0], needs[1], needs[2])
+                              ctx.algorithm, DEFAULT_CONV_WORKSPACE_BYTES,
+                              DEFAULT_IM2COL_GEMM_VERSION, needs[0], needs[1], needs[2])
     return (dx, dw, None if dcb is None else _per_channel(dcb, conv_bias), None,
             dgw if needs[4] else None, dgb if needs[5] else None,
             dscale if needs[6] else None, None, None, None, None)

@@ -46,6 +46,11 @@ DEFAULT_CONV2D_ALGORITHM = "implicit_gemm"
 # conv2d's im2col path builds its column matrix in chunks of at most this many bytes (P31 at
 # full size would need a 4.7 GB column matrix in one piece).
 DEFAULT_CONV_WORKSPACE_BYTES = 256 * 2**20
+# The backward of a convolution whose forward ran on the tensor cores (the implicit GEMM, P31's
+# one kernel, P85's one pass from version 2) runs there too (cuda/conv_backward.cu, v2): its
+# weight gradient works over chunks of images in a workspace of at most this many bytes, large
+# enough for P31's chunks to give hundreds of tiles to each launch.
+TENSOR_CORE_GRAD_WORKSPACE_BYTES = 2**30
 
 # The engines of the tensor-core operators (scratchops/tensor_cores.py): "auto" picks wgmma on an
 # sm_90 GPU and mma_sync on other sm_80+ GPUs; the other two force one. (binding.cpp takes these

@@ -134,7 +134,14 @@ def _cases():
             ((2, 3, 11, 10), (5, 3, 3, 2), 2, (1, 0), 1, "implicit_gemm"),
             ((1, 1, 9, 7), (1, 1, 3, 3), 1, 0, 2, "im2col_gemm"),
             ((3, 2, 13, 12), (6, 2, 5, 5), (3, 2), 2, 1, "implicit_gemm"),
-            ((2, 5, 8, 9), (7, 5, 1, 1), 1, 0, 1, "im2col_gemm")]:
+            ((2, 5, 8, 9), (7, 5, 1, 1), 1, 0, 1, "im2col_gemm"),
+            # stride 1 after the implicit GEMM: the input gradient a convolution on the tensor
+            # cores (channels not a multiple of 8 each way; 16 of them), then padding past
+            # dil*(k-1), which keeps the chain; the weight gradient in slices of pixels
+            ((2, 5, 10, 9), (70, 5, 3, 3), 1, (1, 2), (2, 1), "implicit_gemm"),
+            ((3, 16, 12, 11), (16, 16, 3, 3), 1, 0, 1, "implicit_gemm"),
+            ((1, 9, 6, 7), (3, 9, 1, 1), 1, 1, 1, "implicit_gemm"),
+            ((5, 3, 41, 40), (8, 3, 3, 3), 1, 0, 1, "implicit_gemm")]:
         add("conv2d",
             lambda x, w, b, s=stride, p=padding, d=dilation, a=algorithm:
                 scratchops.conv2d(x, w, b, s, p, d, algorithm=a),
@@ -222,6 +229,28 @@ def test_half_gradients_match_torch(ours, ref, build, chooses, dtype):
         expected = r if err_torch <= HALF_GRAD_TOL * scale else r64.to(dtype)
         torch.testing.assert_close(o.float(), expected.float(), rtol=HALF_GRAD_TOL,
                                    atol=HALF_GRAD_TOL * scale + 1e-30)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF_DTYPES])
+@pytest.mark.parametrize("workspace_bytes", [1, scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES])
+def test_tensor_core_weight_gradient_over_chunks_and_slices(workspace_bytes, dtype):
+    # The weight gradient on the tensor cores (conv_backward.cu v2) in chunks of one image (a
+    # workspace too small for more: 5 chunks of 2 slices) and in one chunk (9 slices), against
+    # torch's weight gradient and float64.
+    skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
+    x, dy = rand(5, 6, 61, 60, dtype=dtype), rand(5, 7, 59, 58, dtype=dtype)
+    poison_next(7, 6, 3, 3, dtype=dtype)
+    ours = torch.ops.scratchops._conv2d_weight_grad(
+        dy, x, [7, 6, 3, 3], [1, 1], [0, 0], [1, 1], workspace_bytes,
+        scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+    ref = torch.nn.grad.conv2d_weight(x, (7, 6, 3, 3), dy)
+    ref64 = torch.nn.grad.conv2d_weight(x.double(), (7, 6, 3, 3), dy.double())
+    if dtype == torch.float32:
+        assert_grad_matches(ours, ref, ref64, "dweight")
+    else:
+        scale = ref64.abs().max().item()
+        err = (ours.double() - ref64).abs().max().item()
+        assert err <= 4 * (ref.double() - ref64).abs().max().item() + 2 * HALF_GRAD_TOL * scale
 
 
 # ----------------------------------------------------------------- behaviour of the gradients

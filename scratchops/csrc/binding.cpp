@@ -592,8 +592,22 @@ Conv2dGeometry conv_grad_window(const Tensor& grad, int64_t batch, int64_t chann
     return g;
 }
 
-// dx of conv2d (input_size = (N, C, H, W)) through Wᵀ @ dy and col2im, in a workspace of at
-// most workspace_bytes (at least one image's columns).
+// The convolution gradients' gemm_version: a CUDA-core one (1-4, the im2col chain), or
+// kGemmTensorCoreVersion for the tensor cores (conv_backward.cu's v2), whose engine this
+// returns (refusing a GPU without one); the CUDA-core versions ignore it.
+TensorCorePath conv_grad_engine(const Tensor& t, int64_t gemm_version) {
+    SCRATCHOPS_ARG(gemm_version >= 1 && (gemm_version < kGemmFirstTensorCoreVersion ||
+                                         gemm_version == kGemmTensorCoreVersion),
+                   "gemm_version is not one of the operator's versions (a CUDA-core GEMM "
+                   "version, or the tensor-core one)");
+    return gemm_version == kGemmTensorCoreVersion
+               ? tensor_core_engine(t, "conv2d's backward on the tensor cores")
+               : TensorCorePath::kWgmma;
+}
+
+// dx of conv2d (input_size = (N, C, H, W)) through Wᵀ @ dy and col2im, or on the tensor cores
+// as a convolution of dy, in a workspace of at most workspace_bytes (at least one image's
+// chunk).
 Tensor conv2d_input_grad_cuda(const Tensor& grad, const Tensor& weight, IntArrayRef input_size,
                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                               int64_t workspace_bytes, int64_t gemm_version) {
@@ -601,20 +615,21 @@ Tensor conv2d_input_grad_cuda(const Tensor& grad, const Tensor& weight, IntArray
     check_tensor(grad, "grad", 4, 4, &weight);
     SCRATCHOPS_ARG(input_size.size() == 4 && input_size[1] == weight.size(1),
                    "input_size must be (N, C, H, W) with the weight's C");
-    check_choice(gemm_version, kGemmFirstTensorCoreVersion - 1, "gemm_version");
     const Conv2dGeometry g =
         conv_grad_window(grad, input_size[0], input_size[1], input_size[2], input_size[3],
                          weight.size(0), weight.sizes().slice(2), stride, padding, dilation);
+    const TensorCorePath engine = conv_grad_engine(weight, gemm_version);
     return launch_into(weight, input_size, "conv2d input gradient",
                        [&](auto e, auto* dx, cudaStream_t s) {
         using T = typename decltype(e)::type;
         const long long elements = conv2d_grad_workspace_elements<T>(
-            false, i32(input_size[0]), i32(weight.size(0)), g, workspace_bytes);
+            false, i32(input_size[0]), i32(weight.size(0)), g, i32(gemm_version),
+            workspace_bytes);
         const at::DataPtr ws = workspace(elements * static_cast<long long>(sizeof(T)));
         return conv2d_input_grad_launch<T>(data<T>(grad), data<T>(weight), dx,
                                            i32(input_size[0]), i32(weight.size(0)), g,
-                                           i32(gemm_version), static_cast<T*>(ws.get()),
-                                           elements, s);
+                                           i32(gemm_version), engine,
+                                           static_cast<T*>(ws.get()), elements, s);
     });
 }
 
@@ -627,18 +642,18 @@ Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef 
     SCRATCHOPS_ARG(weight_size.size() == 4 && weight_size[1] == x.size(1) &&
                        weight_size[0] >= 1 && weight_size[0] <= kMaxElements,
                    "weight_size must be (Cout, C, kh, kw) with the input's C");
-    check_choice(gemm_version, kGemmFirstTensorCoreVersion - 1, "gemm_version");
     const Conv2dGeometry g =
         conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight_size[0],
                          weight_size.slice(2), stride, padding, dilation);
+    const TensorCorePath engine = conv_grad_engine(x, gemm_version);
     return launch_into(x, weight_size, "conv2d weight gradient",
                        [&](auto e, auto* dw, cudaStream_t s) {
         using T = typename decltype(e)::type;
         const long long elements = conv2d_grad_workspace_elements<T>(
-            true, i32(x.size(0)), i32(weight_size[0]), g, workspace_bytes);
+            true, i32(x.size(0)), i32(weight_size[0]), g, i32(gemm_version), workspace_bytes);
         const at::DataPtr ws = workspace(elements * static_cast<long long>(sizeof(T)));
         return conv2d_weight_grad_launch<T>(data<T>(grad), data<T>(x), dw, i32(x.size(0)),
-                                            i32(weight_size[0]), g, i32(gemm_version),
+                                            i32(weight_size[0]), g, i32(gemm_version), engine,
                                             static_cast<T*>(ws.get()), elements, s);
     });
 }
