@@ -2,7 +2,9 @@
 # The whole GPU check in one call of the device machine:
 #   env -> install (the README's command) -> build -> pytest (every test, GPU ones included)
 #   -> compute-sanitizer memcheck + racecheck -> main job (scratchops run) -> short bench
-#   -> the implicit-GEMM conv's accuracy over many draws (scripts/accuracy_probe.py).
+#   -> the implicit-GEMM conv's accuracy over many draws (scripts/accuracy_probe.py)
+#   -> DDP training (scratchops ddp): on a machine of N >= 2 GPUs, NCCL on 1 and on N GPUs
+#   (the scaling table's runs) and two ranks sharing GPU 0 through gloo; on one GPU, gloo only.
 # Usage: scripts/gpu_check.sh [STEP ...]   (default: all steps, in that order)
 # The GPU machine has no network: pip takes what it needs from .whl/ (PIP_NO_INDEX and
 # PIP_FIND_LINKS are set below, for the install step and for tests/test_packaging.py's wheel
@@ -24,7 +26,7 @@ export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl"
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(env install build pytest memcheck racecheck run bench accuracy)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(env install build pytest memcheck racecheck run bench accuracy ddp)
 
 SANITIZE="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --error-exitcode 1 --print-limit 20"
 declare -a SUMMARY
@@ -54,12 +56,19 @@ for step in "${STEPS[@]}"; do
     run) run_step run 900 $PY -m scratchops run --json "$OUT/run.json" ${RUN_ARGS:-} ;;
     bench) run_step bench 900 $PY -m scratchops bench ${BENCH_ARGS---quick} --out "$OUT/bench" ;;
     accuracy) run_step accuracy 300 sh -c "$PY scripts/accuracy_probe.py 40 auto && $PY scripts/accuracy_probe.py 40 mma_sync" ;;
+    # DDP_BATCH: the global batch (default KernelBench's 128); DDP_STEPS: the steps of each run.
+    ddp)
+        GPUS=$($PY -c 'import torch; print(torch.cuda.device_count())')
+        DDP="$PY -m scratchops ddp --batch ${DDP_BATCH:-128} --steps ${DDP_STEPS:-20}"
+        RUNS="$DDP --nproc-per-node 2 --backend gloo --share-gpu --json $OUT/ddp-gloo-shared.json"
+        [ "$GPUS" -ge 2 ] && RUNS="$DDP --nproc-per-node 1 --json $OUT/ddp-1.json && $DDP --nproc-per-node $GPUS --json $OUT/ddp-$GPUS.json && $RUNS"
+        run_step ddp 900 sh -c "$RUNS" ;;
     *) echo "unknown step: $step"; exit 2 ;;
     esac
 done
 
 echo
 echo "=== summary (logs in $LOGS)"
-grep -h -E "^(=+ )?[0-9]+ (passed|failed)|ERROR SUMMARY|RACECHECK SUMMARY|mismatches|kernels loaded" "$LOGS"/*.log 2>/dev/null
+grep -h -E "^(=+ )?[0-9]+ (passed|failed)|ERROR SUMMARY|RACECHECK SUMMARY|mismatches|kernels loaded|^\[ddp\] [0-9]+ models" "$LOGS"/*.log 2>/dev/null
 printf '%s\n' "${SUMMARY[@]}"
 if [ "${PACK_LOGS:-0}" = 1 ]; then tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"; fi

@@ -6,6 +6,8 @@
                      measured ceilings (scratchops.tools.bench), written as JSON and PNG plots
   scratchops train   both ModelNews trained beside torch's Models (forward and backward on
                      scratchops kernels): step times and both loss curves (scratchops.tools.train)
+  scratchops ddp     both ModelNews trained under DistributedDataParallel, one process a GPU
+                     (torchrun), checked against a one-GPU run (scratchops.tools.ddp)
   scratchops sass    a kernel file's machine code counted by kind of instruction, per kernel
                      (scratchops.tools.sass): no GPU needed
 
@@ -22,25 +24,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 import scratchops
 
-from . import bench, main_job, sass, train
+from . import bench, ddp, main_job, sass, train
 from .main_job import PROBLEM_KEYS
+from .options import positive_int
 from .report import DTYPES
 from .timing import DEFAULT_REPEATS
 
 
 # ---------------------------------------------------------------------------- parsing
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _kernel_name(text: str) -> str:
     # A type check rather than `choices`: argparse checks an empty nargs="*" list against
     # `choices` too, and would reject `scratchops bench` with no kernel named.
@@ -74,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Hand-written CUDA kernels for KernelBench P85 and P31, checked and "
                     "timed against PyTorch. Needs a CUDA GPU.")
     commands = parser.add_subparsers(dest="command", required=True,
-                                     metavar="{run,bench,train,sass}")
+                                     metavar="{run,bench,train,ddp,sass}")
 
     run = commands.add_parser(
         "run", help="check and time the two KernelBench problems against torch",
@@ -84,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "each ModelNew variant; medians with the L2 cache flushed before each run.")
     run.add_argument("--problem", choices=(*PROBLEM_KEYS, "all"), default="all",
                      help="which problem (default: all)")
-    run.add_argument("--batch", type=_positive_int, metavar="N",
+    run.add_argument("--batch", type=positive_int, metavar="N",
                      help="batch size (default: KernelBench's, 128)")
     run.add_argument("--dtype", choices=(*DTYPES, "all"), default="all",
                      help="the dtype the models and input run in, as KernelBench's precision "
@@ -93,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also write every result to this JSON file")
     run.add_argument("--no-compile", action="store_true",
                      help="skip torch.compile (it takes a minute or so per problem)")
-    run.add_argument("--repeats", type=_positive_int, default=DEFAULT_REPEATS, metavar="N",
+    run.add_argument("--repeats", type=positive_int, default=DEFAULT_REPEATS, metavar="N",
                      help=f"timed runs per implementation (default: {DEFAULT_REPEATS}; "
                           "use at least 20 for numbers you report)")
     run.add_argument("--seed", type=int, default=0,
@@ -116,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_parser.add_argument("--quick", action="store_true",
                               help=f"a tiny sweep with {bench.QUICK_REPEATS} repeats "
                                    "(a smoke test, not numbers to report)")
-    bench_parser.add_argument("--repeats", type=_positive_int, metavar="N",
+    bench_parser.add_argument("--repeats", type=positive_int, metavar="N",
                               help=f"timed runs per measurement (default: {DEFAULT_REPEATS}, "
                                    f"or {bench.QUICK_REPEATS} with --quick)")
     bench_parser.add_argument("--out", type=Path, default=Path("bench_out"), metavar="DIR",
@@ -132,9 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "largest difference; write DIR/train.json and DIR/loss_curves.png.")
     train_parser.add_argument("--problem", choices=(*PROBLEM_KEYS, "all"), default="all",
                               help="which problem (default: all)")
-    train_parser.add_argument("--steps", type=_positive_int, default=train.DEFAULT_STEPS,
+    train_parser.add_argument("--steps", type=positive_int, default=train.DEFAULT_STEPS,
                               metavar="N", help="training steps (default: %(default)s)")
-    train_parser.add_argument("--batch", type=_positive_int, default=train.DEFAULT_BATCH,
+    train_parser.add_argument("--batch", type=positive_int, default=train.DEFAULT_BATCH,
                               metavar="N", help="batch size, at KernelBench's image size "
                                                 "(default: %(default)s)")
     train_parser.add_argument("--seed", type=int, default=0,
@@ -143,6 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
                               help="output directory (default: train_out)")
     _tensor_core_path_option(train_parser)
     train_parser.set_defaults(handler=cmd_train)
+
+    ddp_parser = commands.add_parser(
+        "ddp", help="train both ModelNews under DDP on several GPUs (starts torchrun)",
+        description="Start torchrun with one process per GPU; each trains torch's Model and "
+                    "ModelNew under DistributedDataParallel on its shard of a fixed global "
+                    "batch; rank 0 checks the parameters against a one-GPU run of the same "
+                    "steps and prints each model's step time and samples/s.")
+    ddp_parser.add_argument("--nproc-per-node", type=positive_int, metavar="N",
+                            default=max(1, torch.cuda.device_count()),
+                            help="processes (ranks), one per GPU (default: the GPUs here)")
+    ddp.add_arguments(ddp_parser)
+    ddp_parser.set_defaults(handler=cmd_ddp)
 
     sass_parser = commands.add_parser(
         "sass", help="count a kernel file's SASS instructions by kind (no GPU needed)",
@@ -190,6 +197,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 2
     scratchops.set_tensor_core_path(args.tensor_core_path)
     return train.run_train(args)
+
+
+def cmd_ddp(args: argparse.Namespace) -> int:
+    try:
+        command = ddp.launch_command(args)
+    except ValueError as error:  # an option that breaks a rule of the ranks: on any machine
+        print(f"scratchops ddp: {error}", file=sys.stderr)
+        return 2
+    if _gpu_missing("ddp"):
+        return 2
+    return ddp.launch(command, args)
 
 
 def cmd_sass(args: argparse.Namespace) -> int:
