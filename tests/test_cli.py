@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import scratchops
 from helpers import requires_gpu
-from scratchops.tools import cli, report, workloads
+from scratchops.tools import cli, main_job, report, workloads
 from scratchops.tools.timing import Timing, tf32_disabled, time_cuda
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,8 +63,8 @@ def test_defaults():
     assert (args.problem, args.batch, args.repeats, args.seed, args.no_compile,
             args.json) == ("all", None, 20, 0, False, None)
     args = cli.build_parser().parse_args(["bench"])
-    assert (args.kernels, args.quick, args.repeats, args.out) == ([], False, None,
-                                                                 Path("bench_out"))
+    assert (args.kernels, args.quick, args.repeats, args.seed, args.out) == (
+        [], False, None, 0, Path("bench_out"))
     args = cli.build_parser().parse_args(["bench", "clamp", "gemm", "--quick"])
     assert args.kernels == ["clamp", "gemm"] and args.quick
 
@@ -187,6 +187,35 @@ def test_tf32_disabled_restores_the_settings_even_after_an_error():
         finally:
             torch.set_float32_matmul_precision(before[0])
             torch.backends.cudnn.allow_tf32 = before[1]
+
+
+def test_half_float64_rule():
+    exact = torch.tensor([0.0, 0.5, -2.0, 3.0], dtype=torch.float64)
+    torch_half = torch.tensor([0.0078, 0.5, -2.0, 3.0], dtype=torch.bfloat16)  # torch's error
+    ok, error, note = report.half_float64_rule(torch_half, torch_half, exact)
+    assert ok and note.startswith("0 of 4 elements")
+    # Outside 1e-2 of torch's in one element, yet no further from float64 than torch's: passes.
+    ours = torch.tensor([-0.0078, 0.5, -2.0, 3.0], dtype=torch.bfloat16)
+    assert not torch.allclose(ours, torch_half, atol=report.HALF_TOL, rtol=report.HALF_TOL)
+    ok, error, note = report.half_float64_rule(ours, torch_half, exact)
+    assert ok and error == pytest.approx(0.0078, rel=1e-2) and note.startswith("1 of 4 elements")
+    # Further than HALF_FLOAT64_FACTOR x torch's own error from float64, or NaN: fails.
+    far = torch.tensor([0.0078 * (report.HALF_FLOAT64_FACTOR + 1), 0.5, -2.0, 3.0],
+                       dtype=torch.bfloat16)
+    assert not report.half_float64_rule(far, torch_half, exact)[0]
+    nan = torch.tensor([0.0, float("nan"), -2.0, 3.0], dtype=torch.bfloat16)
+    assert not report.half_float64_rule(nan, torch_half, exact)[0]
+
+
+@pytest.mark.parametrize("correctness, tf32_off, half, verdict", [
+    ((True, True), True, False, True), ((True, False), True, False, False),
+    ((True, False), False, False, True), ((False, True), True, False, False),
+    ((False, True), True, True, True), ((True, False), True, True, True),
+    ((False, False), True, True, False)])
+def test_run_verdict(correctness, tf32_off, half, verdict):
+    entry = {"correctness": {"allclose_vs_fp32": correctness[0],
+                             "allclose_vs_fp64": correctness[1]}, "tf32_off": tf32_off}
+    assert main_job.passes(entry, half) is verdict
 
 
 def test_format_table_aligns_columns():

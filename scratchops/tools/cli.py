@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_parser.add_argument("--repeats", type=positive_int, metavar="N",
                               help=f"timed runs per measurement (default: {DEFAULT_REPEATS}, "
                                    f"or {bench.QUICK_REPEATS} with --quick)")
+    bench_parser.add_argument("--seed", type=int, default=0,
+                              help="seed of every workload's inputs (default: 0)")
     bench_parser.add_argument("--out", type=Path, default=Path("bench_out"), metavar="DIR",
                               help="output directory (default: bench_out)")
     _tensor_core_path_option(bench_parser)
@@ -189,7 +191,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     repeats = args.repeats or (bench.QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     dtypes = list(DTYPES) if args.dtype == "all" else [args.dtype]
     return bench.run_bench(kernels, quick=args.quick, repeats=repeats, out_dir=args.out,
-                           dtypes=dtypes)
+                           dtypes=dtypes, seed=args.seed)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
