@@ -238,11 +238,11 @@ def test_progress_in_a_log_prints_about_ten_lines():
 # --------------------------------------------------------------------------- on a GPU
 @requires_gpu
 def test_run_and_bench_quick_end_to_end(tmp_path, capsys):
-    report = tmp_path / "run.json"
+    run_json = tmp_path / "run.json"
     assert cli.main(["run", "--batch", "4", "--no-compile", "--repeats", "5", "--dtype",
-                     "float32", "--json", str(report)]) == 0
+                     "float32", "--json", str(run_json)]) == 0
     assert "all ModelNew outputs allclose" in capsys.readouterr().out.splitlines()[-2]
-    result = json.loads(report.read_text())
+    result = json.loads(run_json.read_text())
     assert result["ok"] is True and set(result["problems"]) == {"p85", "p31"}
     for problem in result["problems"].values():
         assert problem["batch"] == 4
@@ -261,8 +261,8 @@ def test_run_and_bench_quick_end_to_end(tmp_path, capsys):
 
     # A half dtype: each problem under its own key, checked against torch in that dtype.
     assert cli.main(["run", "--batch", "4", "--no-compile", "--repeats", "5", "--dtype",
-                     "float16", "--json", str(report)]) == 0
-    result = json.loads(report.read_text())
+                     "float16", "--json", str(run_json)]) == 0
+    result = json.loads(run_json.read_text())
     assert result["ok"] is True and set(result["problems"]) == {"p85_fp16", "p31_fp16"}
     for problem in result["problems"].values():
         assert problem["dtype"] == "float16"
