@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
-from . import bench_backward, host_cost
+from . import bench_backward, bench_plots, host_cost
 from .report import (DTYPES, Progress, compare, envelope, first_line, fmt, format_table,
                      half_float64_rule)
 from .timing import (DEFAULT_WARMUP, Ceiling, Timing, environment, measure_copy_bandwidth,
                      measure_gemm_tflops, tf32_disabled, time_cuda)
-from .workloads import (BACKWARD_SUFFIX, COMPUTE_BOUND, KERNELS, MEMORY_BOUND, NAIVE_MAX_FLOP,
-                        QUICK_REPEATS, Workload, plan)
+from .workloads import KERNELS, NAIVE_MAX_FLOP, QUICK_REPEATS, Workload, plan
 
 __all__ = ["DTYPES", "KERNELS", "QUICK_REPEATS", "plan", "run_bench"]
 
@@ -92,7 +90,8 @@ def run_workload(w: Workload, dtype: torch.dtype, ceilings: dict[str, Ceiling], 
     and "gemm" in that dtype). Frees the GPU memory."""
     if w.backward:
         with torch.enable_grad():
-            rows = bench_backward.measure(w, dtype, ceilings, repeats, progress, _row)
+            rows = bench_backward.measure(w, dtype, ceilings, repeats,
+                                          functools.partial(_version_rows, progress=progress))
     else:
         with torch.inference_mode():
             rows = _measure(w, dtype, ceilings, repeats, progress)
@@ -128,28 +127,43 @@ def _measure(w: Workload, dtype: torch.dtype, ceilings: dict[str, Ceiling], repe
     torch_err64 = err64(expected)
     torch_ms = time_cuda(functools.partial(w.reference, **inputs), repeats=repeats).median_ms
     work = w.flop if w.flop is not None else _bytes_moved(inputs, expected)
+
+    def measure_version(fn) -> tuple:
+        call = functools.partial(fn, **inputs)
+        out = call()
+        ok, max_err, note = check(out)
+        errors = (err64(out), torch_err64)
+        del out
+        return time_cuda(call, repeats=repeats), ok, max_err, note, errors
+
+    return _version_rows(w, dtype, work, ceilings, torch_ms, measure_version, progress)
+
+
+def _version_rows(w: Workload, dtype: torch.dtype, work: float, ceilings: dict[str, Ceiling],
+                  torch_ms: float, measure_version: Callable[[Callable], tuple],
+                  progress: Progress) -> list[dict]:
+    """One row per version of workload `w`, forward or backward alike, after torch's (timed in
+    torch_ms), its rate against ceilings["gemm"] (FLOP) or ["copy"] (bytes).
+    measure_version(fn) checks and times one version's function, returning (timing, ok,
+    max_err, note, errors); a version that raises becomes a row that says so, and the sweep
+    goes on to the others."""
     ceiling = ceilings["gemm" if w.flop is not None else "copy"]
-    progress.step(f"{w.kernel} {w.shape} {_dtype_name(dtype)} torch")
+    label = f"{w.kernel} {w.shape} {_dtype_name(dtype)}"
+    progress.step(f"{label} torch")
     rows = []
     for version, fn in w.versions.items():
         if version in w.skip:
             rows.append(_row(w, dtype, version, work, ceiling, torch_ms, note=w.skip[version]))
         else:
-            call = functools.partial(fn, **inputs)
-            # A failing kernel becomes a row that says so; the sweep goes on to the others.
             try:
-                out = call()
-                ok, max_err, note = check(out)
-                errors = (err64(out), torch_err64)
-                del out
-                timing = time_cuda(call, repeats=repeats)
+                timing, ok, max_err, note, errors = measure_version(fn)
             except Exception as exc:  # noqa: BLE001 (any failure is reported in the row)
                 rows.append(_row(w, dtype, version, work, ceiling, torch_ms, ok=False,
                                  note=f"error: {first_line(exc)}"))
             else:
                 rows.append(_row(w, dtype, version, work, ceiling, torch_ms, timing, ok,
                                  max_err, note, errors))
-        progress.step(f"{w.kernel} {w.shape} {_dtype_name(dtype)} {version}")
+        progress.step(f"{label} {version}")
     return rows
 
 
@@ -187,88 +201,6 @@ def summary_lines(rows: Sequence[dict], ceilings: dict[str, Ceiling], gpu: str) 
                      f"{r['unit']:<7} {fmt(r['pct_of_ceiling'], '4.0f')}% of ceiling  "
                      f"x{fmt(r['ratio'], '.2f')} vs torch{verdict}")
     return lines
-
-
-# ---------------------------------------------------------------------------- plotting
-def _series(rows: Sequence[dict]) -> dict[str, list[dict]]:
-    """version -> its rows that have a rate (skipped and failed rows have none)."""
-    series: dict[str, list[dict]] = {}
-    for r in rows:
-        if r["rate"] is not None:
-            series.setdefault(r["version"], []).append(r)
-    return series
-
-
-def _with_backward(kernels: Sequence[str]) -> list[str]:
-    return [*kernels, *(k + BACKWARD_SUFFIX for k in kernels)]
-
-
-def plot_compute_bound(rows: Sequence[dict], ceiling: Ceiling, path: Path) -> bool:
-    """gemm (and conv2d) TFLOP/s per shape, each GEMM version beside torch, the GEMM line (the
-    rows of one dtype)."""
-    from matplotlib.figure import Figure
-
-    kernels = [k for k in _with_backward(COMPUTE_BOUND) if any(r["kernel"] == k for r in rows)]
-    if not kernels:
-        return False
-    fig = Figure(figsize=(6.5 * len(kernels), 5), layout="constrained")
-    for ax, kernel in zip(fig.subplots(1, len(kernels), squeeze=False)[0], kernels):
-        krows = sorted((r for r in rows if r["kernel"] == kernel), key=lambda r: r["flop"])
-        shapes = list(dict.fromkeys(r["shape"] for r in krows))
-        x = {s: i for i, s in enumerate(shapes)}
-        for version, points in _series(krows).items():
-            ax.plot([x[r["shape"]] for r in points], [r["rate"] for r in points], "o-",
-                    label=f"scratchops {version}")
-        torch_rates = {r["shape"]: r["torch_rate"] for r in krows}
-        ax.plot([x[s] for s in torch_rates], list(torch_rates.values()), "ks--",
-                label="torch (cuBLAS / cuDNN)")
-        ax.axhline(ceiling.value, color="tab:red", linestyle=":",
-                   label=f"measured GEMM ceiling {ceiling.value:.1f}")
-        ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right", fontsize=7)
-        ax.set_ylabel(f"TFLOP/s ({krows[0]['dtype']}, TF32 off)")
-        ax.set_title(kernel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.savefig(path, dpi=120)
-    return True
-
-
-def plot_memory_bound(rows: Sequence[dict], ceiling: Ceiling, path: Path) -> bool:
-    """GB/s against bytes moved, one panel per memory-bound kernel, with the copy ceiling (the
-    rows of one dtype)."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullFormatter, StrMethodFormatter
-
-    kernels = [k for k in _with_backward(MEMORY_BOUND) if any(r["kernel"] == k for r in rows)]
-    if not kernels:
-        return False
-    ncols = min(4, len(kernels))
-    nrows = math.ceil(len(kernels) / ncols)
-    fig = Figure(figsize=(4 * ncols, 3.4 * nrows), layout="constrained")
-    axes = list(fig.subplots(nrows, ncols, squeeze=False).flat)
-    for ax, kernel in zip(axes, kernels):
-        krows = sorted((r for r in rows if r["kernel"] == kernel), key=lambda r: r["bytes"])
-        for version, points in _series(krows).items():
-            ax.plot([r["bytes"] / 1e6 for r in points], [r["rate"] for r in points], "o-",
-                    label=version)
-        ax.plot([r["bytes"] / 1e6 for r in krows], [r["torch_rate"] for r in krows], "ks--",
-                label="torch")
-        ax.axhline(ceiling.value, color="tab:red", linestyle=":",
-                   label=f"copy ceiling {ceiling.value:.0f}")
-        ax.set_xscale("log")
-        # Decades only, as plain numbers (1, 10, 100 MB): minor labels would overlap.
-        ax.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_ylim(bottom=0)
-        ax.set_xlabel("MB moved (inputs read once + output written once)", fontsize=7)
-        ax.set_ylabel("GB/s")
-        ax.set_title(f"{kernel} {krows[0]['dtype']}", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in axes[len(kernels):]:  # the unused panels of the last row
-        ax.set_visible(False)
-    fig.savefig(path, dpi=120)
-    return True
 
 
 # ------------------------------------------------------------------------------ entry
@@ -315,8 +247,8 @@ def run_bench(kernels: Sequence[str], *, quick: bool, repeats: int, out_dir: Pat
     for name in dtypes:
         suffix = "" if name == "float32" else f"_{name}"
         of_dtype = [r for r in rows if r["dtype"] == name]
-        for stem, plot, ceiling in (("gemm", plot_compute_bound, ceilings[f"gemm_{name}"]),
-                                    ("memory_bound", plot_memory_bound, ceilings["copy"])):
+        for stem, plot, ceiling in (("gemm", bench_plots.compute_bound, ceilings[f"gemm_{name}"]),
+                                    ("memory_bound", bench_plots.memory_bound, ceilings["copy"])):
             path = out_dir / f"{stem}{suffix}.png"
             if plot(of_dtype, ceiling, path):
                 written.append(path)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from .report import Progress, compare_gradient, first_line
+from .report import compare_gradient
 from .timing import Ceiling, time_cuda
 
 BACKWARD_SUFFIX = "_backward"
@@ -92,9 +92,10 @@ def _check(grads, expected, expected64) -> tuple[bool, float | None, str]:
 
 
 def measure(w, dtype: torch.dtype, ceilings: dict[str, Ceiling], repeats: int,
-            progress: Progress, row: Callable[..., dict]) -> list[dict]:
-    """torch's backward and each version's, on workload `w`'s inputs in `dtype`: one row per version,
-    made by `row` (bench._row). Runs with gradients enabled."""
+            version_rows: Callable[..., list[dict]]) -> list[dict]:
+    """torch's backward and each version's, on workload `w`'s inputs in `dtype`: one row per
+    version, made by version_rows(w, dtype, work, ceilings, torch_ms, measure_version)
+    (bench._version_rows). Runs with gradients enabled."""
     inputs = {name: t.to(dtype).requires_grad_() for name, t in w.make_inputs().items()}
     leaves = list(inputs.values())
     reference_output = w.reference(**inputs)
@@ -117,27 +118,14 @@ def measure(w, dtype: torch.dtype, ceilings: dict[str, Ceiling], repeats: int,
     torch_ms = time_cuda(torch_call, repeats=repeats).median_ms
     work = (w.flop if w.flop is not None
             else grad.nbytes + 2 * sum(t.nbytes for t in leaves))
-    ceiling = ceilings["gemm" if w.flop is not None else "copy"]
-    label = f"{w.kernel} {w.shape} {str(dtype).removeprefix('torch.')}"
-    progress.step(f"{label} torch")
-    rows = []
-    for version, forward in w.versions.items():
-        if version in w.skip:
-            rows.append(row(w, dtype, version, work, ceiling, torch_ms, note=w.skip[version]))
-        else:
-            try:
-                call = functools.partial(_gradients, forward(**inputs), leaves, grad)
-                grads = call()
-                ok, max_err, note = _check(grads, expected, expected64)
-                errors = (err64(grads), torch_err64)
-                del grads
-                timing = time_cuda(call, repeats=repeats)
-                del call  # (and with it the graph)
-            except Exception as exc:  # noqa: BLE001 (any failure is reported in the row)
-                rows.append(row(w, dtype, version, work, ceiling, torch_ms, ok=False,
-                                note=f"error: {first_line(exc)}"))
-            else:
-                rows.append(row(w, dtype, version, work, ceiling, torch_ms, timing, ok, max_err,
-                                note, errors))
-        progress.step(f"{label} {version}")
-    return rows
+
+    def measure_version(forward) -> tuple:
+        call = functools.partial(_gradients, forward(**inputs), leaves, grad)
+        grads = call()
+        ok, max_err, note = _check(grads, expected, expected64)
+        errors = (err64(grads), torch_err64)
+        del grads
+        # (The graph lives in `call` and goes when this returns.)
+        return time_cuda(call, repeats=repeats), ok, max_err, note, errors
+
+    return version_rows(w, dtype, work, ceilings, torch_ms, measure_version)

@@ -35,19 +35,18 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from ..problems import PROBLEMS, build_pair
 from .main_job import PROBLEM_KEYS
 from .options import positive_int
 from .report import RTOL
 from .timing import tf32_disabled
-from .train import DEFAULT_LR, MOMENTUM
+from .train import (WARM_STEPS, max_relative_difference, median_step_ms, sgd_steps,
+                    synthetic_task)
 
 BACKENDS = ("nccl", "gloo")
 DEFAULT_STEPS = 20
 DEFAULT_BATCH = 32  # the global batch, at KernelBench's image size
-WARM_STEPS = 3  # the first steps build, tune and allocate: not timed
 # DDP's parameters against the one-GPU run's, relative to each parameter's largest magnitude:
 # KernelBench's fp32 tolerance. The two runs differ by rounding alone, far below it; a rank
 # that trained on the wrong shard, a gradient averaged wrongly or a kernel on the wrong device
@@ -125,41 +124,6 @@ def rank_device(local_rank: int, share_gpu: bool) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
-def task(module, batch: int, seed: int, device: torch.device):
-    """The fixed synthetic task on `device`: the global batch of inputs and a teacher Model's
-    outputs on it (the same on every rank: one seed, one generator algorithm on every GPU)."""
-    torch.manual_seed(seed + 1)
-    teacher = module.Model(*module.get_init_inputs()).to(device)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    x = torch.rand(batch, module.in_channels, module.height, module.width, device=device,
-                   generator=generator)
-    with torch.no_grad():
-        return x, teacher(x)
-
-
-def train(model: torch.nn.Module, key: str, x: torch.Tensor, target: torch.Tensor,
-          steps: int) -> list[float]:
-    """`steps` SGD steps of `model` (DDP-wrapped or not) on (x, target): each step's ms,
-    synchronised after the step (on the current stream of x's device)."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=DEFAULT_LR[key], momentum=MOMENTUM)
-    times = []
-    for _ in range(steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        optimizer.zero_grad(set_to_none=True)
-        F.mse_loss(model(x), target).backward()
-        optimizer.step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
-
-
-def median_after_warm_up(times: list[float]) -> float:
-    warm = sorted(times[WARM_STEPS:])
-    return warm[len(warm) // 2]
-
-
 def flat_parameters(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
@@ -171,12 +135,6 @@ def equal_on_every_rank(flat: torch.Tensor, backend: str) -> bool:
     gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, mine)
     return all(torch.equal(g, gathered[0]) for g in gathered)
-
-
-def largest_relative_difference(model: torch.nn.Module, reference: torch.nn.Module) -> float:
-    """max over parameters of max|a - b| / max|b|."""
-    return max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
-               for a, b in zip(model.parameters(), reference.parameters()))
 
 
 def train_one(key: str, implementation: str, args: argparse.Namespace, device: torch.device,
@@ -191,24 +149,24 @@ def train_one(key: str, implementation: str, args: argparse.Namespace, device: t
         model, model_new = build_pair(module, variant, args.seed, device=str(device))
         return (model if implementation == "torch" else model_new).train()
 
-    x, target = task(module, args.batch, args.seed, device)
+    x, target = synthetic_task(module, args.batch, args.seed, device)
     shard = slice(rank * args.batch // world_size, (rank + 1) * args.batch // world_size)
     ddp = DistributedDataParallel(fresh(), device_ids=[device.index])
-    times = train(ddp, key, x[shard], target[shard], args.steps)
+    _, times = sgd_steps(ddp, key, x[shard], target[shard], args.steps)
     bitwise = equal_on_every_rank(flat_parameters(ddp.module), args.backend)
     row = None
     if rank == 0:
         one_gpu = fresh()
-        one_gpu_times = train(one_gpu, key, x, target, args.steps)
-        step_ms = median_after_warm_up(times)
+        _, one_gpu_times = sgd_steps(one_gpu, key, x, target, args.steps)
+        step_ms = median_step_ms(times)
         row = {"problem": key, "model": implementation,
                "variant": variant if implementation == "scratchops" else None,
                "world_size": world_size, "backend": args.backend, "share_gpu": args.share_gpu,
                "global_batch": args.batch, "steps": args.steps, "step_ms": step_ms,
                "samples_per_s": args.batch / step_ms * 1e3,
-               "one_gpu_step_ms": median_after_warm_up(one_gpu_times),
+               "one_gpu_step_ms": median_step_ms(one_gpu_times),
                "max_relative_difference_vs_one_gpu":
-                   largest_relative_difference(ddp.module, one_gpu),
+                   max_relative_difference(ddp.module.parameters(), one_gpu.parameters()),
                "bitwise_equal_across_ranks": bitwise}
         row["ok"] = bitwise and row["max_relative_difference_vs_one_gpu"] <= PARAMETER_RTOL
     dist.barrier()  # the other ranks wait for rank 0's one-GPU run

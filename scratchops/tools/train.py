@@ -32,35 +32,65 @@ DEFAULT_LR = {"p85": 0.05, "p31": 0.01}  # both converge smoothly over a few hun
 MOMENTUM = 0.9
 
 
+WARM_STEPS = 3  # the first steps build, tune and allocate: left out of the median step time
+
+
+def synthetic_task(module, batch: int, seed: int, device="cuda"):
+    """The fixed synthetic task on `device`: a batch of inputs and a teacher Model's outputs on
+    it (a teacher with other random parameters than the models that learn; the same on every
+    device and process: one seed, one generator algorithm on every GPU)."""
+    torch.manual_seed(seed + 1)
+    teacher = module.Model(*module.get_init_inputs()).to(device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    x = torch.rand(batch, module.in_channels, module.height, module.width, device=device,
+                   generator=generator)
+    with torch.no_grad():
+        return x, teacher(x)
+
+
+def sgd_steps(model: torch.nn.Module, key: str, x: torch.Tensor, target: torch.Tensor,
+              steps: int) -> tuple[list[float], list[float]]:
+    """`steps` steps of SGD with momentum on problem `key`'s MSE to `target`, as a user's loop
+    runs them (zero_grad, forward, loss, backward, optimizer step): each step's loss and its
+    GPU ms (CUDA events on the current stream of x's device, synchronised after the step).
+    `model` may be wrapped (DistributedDataParallel)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=DEFAULT_LR[key], momentum=MOMENTUM)
+    losses, times = [], []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(steps):
+        start.record()
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.mse_loss(model(x), target)
+        loss.backward()
+        optimizer.step()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+        losses.append(loss.item())
+    return losses, times
+
+
+def median_step_ms(times: list[float]) -> float:
+    """The median step time after the WARM_STEPS first steps (all steps if there are no more)."""
+    warm = sorted(times[min(WARM_STEPS, len(times) - 1):])
+    return warm[len(warm) // 2]
+
+
+def max_relative_difference(ours, reference) -> float:
+    """max over paired tensors of max |a - b| / max |b|: each tensor's error on its own scale."""
+    return max(((a - b).float().abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
+               for a, b in zip(ours, reference))
+
+
 def train_pair(key: str, steps: int, batch: int, seed: int) -> dict:
     """Train Model and ModelNew of problem `key` side by side: their losses and step times."""
     module = PROBLEMS[key]
     model, model_new = build_pair(module, next(iter(module.VARIANTS)), seed)
-    torch.manual_seed(seed + 1)
-    teacher = module.Model(*module.get_init_inputs()).cuda()
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.rand(batch, module.in_channels, module.height, module.width, device="cuda",
-                   generator=generator)
-    with torch.no_grad():
-        target = teacher(x)
+    x, target = synthetic_task(module, batch, seed)
     result = {}
     for name, m in (("torch", model), ("scratchops", model_new)):
-        m.train()
-        optimizer = torch.optim.SGD(m.parameters(), lr=DEFAULT_LR[key], momentum=MOMENTUM)
-        losses, times = [], []
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(steps):
-            start.record()
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.mse_loss(m(x), target)
-            loss.backward()
-            optimizer.step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-            losses.append(loss.item())
-        warm = sorted(times[min(5, steps - 1):])  # (the first steps build and warm up)
-        result[name] = {"losses": losses, "step_ms": warm[len(warm) // 2]}
+        losses, times = sgd_steps(m.train(), key, x, target, steps)
+        result[name] = {"losses": losses, "step_ms": median_step_ms(times)}
     ref, new = result["torch"]["losses"], result["scratchops"]["losses"]
     result["max_relative_difference"] = max(abs(a - b) / abs(a) for a, b in zip(ref, new))
     result["speedup"] = result["torch"]["step_ms"] / result["scratchops"]["step_ms"]
@@ -101,8 +131,7 @@ def training_step(module, shape: tuple[int, ...], args: argparse.Namespace, stat
             out_grad = torch.rand(model(x).shape, device="cuda", generator=generator).to(dtype)
         status(f"training step in {dtype}: {', '.join(impls)}")
         times = {k: time_cuda(step(m), repeats=args.repeats).median_ms for k, m in impls.items()}
-        error = max(((a - b).float().abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
-                    for a, b in zip(grads(new), grads(model)))
+        error = max_relative_difference(grads(new), grads(model))
     return {"ms": times, "max_relative_grad_err_vs_eager": error}
 
 
