@@ -106,20 +106,28 @@ cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const 
             err = launch_v3(x, p, layout, params, f, wide_bands, shape, batch, stream);
         finalize_bands = wide_bands;
     } else {
-        const StatsAndExtremes<T> epilogue{params, f, bands};
-        auto v2 = [&](auto kTf32) {
+        // Op: the operand type multiplied (float: TF32; T: natively, tensor_cores_native16),
+        // which sets the loader's k-blocks and the packed layout.
+        auto v2 = [&](auto kTf32, auto op) {
             constexpr bool kT = decltype(kTf32)::value;
-            return g.channels % 8 == 0
-                       ? tensor_core_launch<kBN, kMB, kStages, 1, kT>(
-                             engine, conv_tc::Im2colRows<true, BandPixels, T>{x, f, bands},
-                             epilogue, p, layout, static_cast<int>(rows), 1, true, stream)
-                       : tensor_core_launch<kBN, kMB, kStages, 1, kT>(
-                             engine, conv_tc::Im2colRows<false, BandPixels, T>{x, f, bands},
-                             epilogue, p, layout, static_cast<int>(rows), 1, true, stream);
+            using Op = decltype(op);
+            const ConvGeometryFast f_op = conv_tc::fast_geometry<Op>(g, batch, out_channels);
+            const tc::PackedB layout_op = conv_tc::weight_layout<Op>(g, out_channels, kBN);
+            const StatsAndExtremes<T> epilogue{params, f_op, bands};
+            return g.channels % tc::Operand<Op>::kThreadK == 0
+                       ? tensor_core_launch<kBN, kMB, kStages, 1, kT, Op>(
+                             engine, conv_tc::Im2colRows<true, BandPixels, T, Op>{x, f_op, bands},
+                             epilogue, p, layout_op, static_cast<int>(rows), 1, true, stream)
+                       : tensor_core_launch<kBN, kMB, kStages, 1, kT, Op>(
+                             engine, conv_tc::Im2colRows<false, BandPixels, T, Op>{x, f_op, bands},
+                             epilogue, p, layout_op, static_cast<int>(rows), 1, true, stream);
         };
-        if constexpr (std::is_same_v<T, float>)  // (the half types: the single product alone)
-            if (!single_product) err = v2(std::false_type{});
-        if (single_product) err = v2(std::true_type{});
+        if constexpr (std::is_same_v<T, float>) {  // (the half types: single products alone)
+            err = single_product ? v2(std::true_type{}, float{}) : v2(std::false_type{}, float{});
+        } else {
+            err = tensor_cores_native16<T>(engine) ? v2(std::true_type{}, T{})
+                                                   : v2(std::true_type{}, float{});
+        }
     }
     if (err != cudaSuccess) return err;
     const int windows = (g.out_h / kPool) * (g.out_w / kPool);

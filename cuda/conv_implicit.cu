@@ -16,8 +16,13 @@
 //      page with stride 0, unpredicated. Epilogues: + bias, or P31's
 //      (min(conv + bias, c) + bias2[co]) * factor in the same store. With tf32, the engine's
 //      one-product TF32 mode (what cuDNN computes when torch allows TF32).
+//   v2 native fp16 / bf16 products (the half types on the wgmma engine: tensor_cores_native16
+//      in launchers.h): the engine's 16-bit mode, k16 wgmmas at twice the TF32 rate, the
+//      weights packed as 16-bit values (64 a k-block), a thread's 16 channels of a tap loaded
+//      as pairs of bits; no conversion of A at all. Same tile shapes and epilogues.
 // Element types: float, fp16 and bf16 input, weights and output (element.cuh); a half input
-// runs the one-product mode, exact on half operands (tensor_cores_single_product, launchers.h).
+// on the mma.sync engine runs the one-product TF32 mode, exact on half operands
+// (tensor_cores_single_product, launchers.h).
 #include <type_traits>
 
 #include "conv_implicit.cuh"
@@ -106,24 +111,28 @@ constexpr int kGroup = 9, kGroupFrom = 18;
 
 int tile_width(int out_channels) { return out_channels <= kNarrowBN ? kNarrowBN : kWideBN; }
 
-template <int BN, int MB, int STAGES, bool kTf32, class T>
+// Op: the operand type multiplied (float: TF32, one product or three; T: natively in 16 bits).
+template <int BN, int MB, int STAGES, bool kTf32, class Op, class T>
 cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batch,
                 int out_channels, const Conv2dGeometry& g, const ConvTail<T>& tail,
                 bool group_k_blocks, TensorCorePath engine, cudaStream_t stream) {
-    const ConvGeometryFast f = conv_tc::fast_geometry(g, batch, out_channels);
+    const ConvGeometryFast f = conv_tc::fast_geometry<Op>(g, batch, out_channels);
     const ConvStore<T> store{y, bias, tail, f};
     const int m = batch * g.out_h * g.out_w;
-    const tc::PackedB layout = conv_tc::weight_layout(g, out_channels, BN);
+    const tc::PackedB layout = conv_tc::weight_layout<Op>(g, out_channels, BN);
     auto go = [&](auto loader) {
-        return group_k_blocks && layout.num_kb >= kGroupFrom
-                   ? tensor_core_launch<BN, MB, STAGES, kGroup, kTf32>(
-                         engine, loader, store, packed, layout, m, 1, true, stream)
-                   : tensor_core_launch<BN, MB, STAGES, 1, kTf32>(engine, loader, store, packed,
-                                                                  layout, m, 1, true, stream);
+        // (Single products sum a whole tile in the tensor cores: no groups to choose.)
+        if constexpr (!kTf32)
+            if (group_k_blocks && layout.num_kb >= kGroupFrom)
+                return tensor_core_launch<BN, MB, STAGES, kGroup, kTf32, Op>(
+                    engine, loader, store, packed, layout, m, 1, true, stream);
+        return tensor_core_launch<BN, MB, STAGES, 1, kTf32, Op>(engine, loader, store, packed,
+                                                                layout, m, 1, true, stream);
     };
     using Pixels = conv_tc::LinearPixels;
-    return g.channels % 8 == 0 ? go(Im2colRows<true, Pixels, T>{x, f})
-                               : go(Im2colRows<false, Pixels, T>{x, f});
+    return g.channels % tc::Operand<Op>::kThreadK == 0
+               ? go(Im2colRows<true, Pixels, T, Op>{x, f})
+               : go(Im2colRows<false, Pixels, T, Op>{x, f});
 }
 
 }  // namespace
@@ -134,10 +143,14 @@ long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels
 
 template <class T>
 cudaError_t conv2d_implicit_pack(const T* weight, int out_channels, const Conv2dGeometry& g,
-                                 void* packed, cudaStream_t stream) {
-    return tile_width(out_channels) == kNarrowBN
-               ? conv_tc::pack_weights<kNarrowBN>(weight, out_channels, g, packed, stream)
-               : conv_tc::pack_weights<kWideBN>(weight, out_channels, g, packed, stream);
+                                 TensorCorePath engine, void* packed, cudaStream_t stream) {
+    auto go = [&](auto op) {
+        using Op = decltype(op);
+        return tile_width(out_channels) == kNarrowBN
+                   ? conv_tc::pack_weights<kNarrowBN, Op>(weight, out_channels, g, packed, stream)
+                   : conv_tc::pack_weights<kWideBN, Op>(weight, out_channels, g, packed, stream);
+    };
+    return tensor_cores_native16<T>(engine) ? go(T{}) : go(float{});
 }
 
 template <class T>
@@ -147,22 +160,28 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
                                    cudaStream_t stream, bool group_k_blocks) {
     if (batch <= 0 || out_channels <= 0 || g.out_h <= 0 || g.out_w <= 0) return cudaSuccess;
     const auto* p = static_cast<const uint8_t*>(packed);
-    auto go = [&](auto kTf32) {
+    auto go = [&](auto kTf32, auto op) {
+        constexpr bool kT = decltype(kTf32)::value;
+        using Op = decltype(op);
         if (tile_width(out_channels) == kNarrowBN)
-            return run<kNarrowBN, kNarrowMB, kNarrowStages, decltype(kTf32)::value>(
+            return run<kNarrowBN, kNarrowMB, kNarrowStages, kT, Op>(
                 x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine, stream);
-        return run<kWideBN, kWideMB, kWideStages, decltype(kTf32)::value>(
+        return run<kWideBN, kWideMB, kWideStages, kT, Op>(
             x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine, stream);
     };
-    // (The half types have the single-product mode alone: their 3xTF32 kernels are never built.)
-    if constexpr (std::is_same_v<T, float>)
-        if (!tensor_cores_single_product<T>(tf32)) return go(std::false_type{});
-    return go(std::true_type{});
+    // (The half types have the single-product modes alone: their 3xTF32 kernels are never
+    // built.)
+    if constexpr (std::is_same_v<T, float>) {
+        if (!tensor_cores_single_product<T>(tf32)) return go(std::false_type{}, float{});
+    } else {
+        if (tensor_cores_native16<T>(engine)) return go(std::true_type{}, T{});
+    }
+    return go(std::true_type{}, float{});
 }
 
 #define X(T)                                                                                 \
-    template cudaError_t conv2d_implicit_pack<T>(const T*, int, const Conv2dGeometry&, void*, \
-                                                 cudaStream_t);                              \
+    template cudaError_t conv2d_implicit_pack<T>(const T*, int, const Conv2dGeometry&,       \
+                                                 TensorCorePath, void*, cudaStream_t);       \
     template cudaError_t conv2d_implicit_launch<T>(const T*, const void*, const T*, T*, int,  \
                                                    int, const Conv2dGeometry&,               \
                                                    const ConvTail<T>&, bool, TensorCorePath, \

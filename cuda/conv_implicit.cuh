@@ -4,8 +4,13 @@
 // The GEMM: row m = an output pixel (n, oh, ow) in a pixel order, column = output channel,
 // k = tap * cin_pad + ci with tap = r * S + s and cin_pad = Cin rounded up to 8, so that a
 // thread's 8 consecutive k (tf32x3.cuh) are 8 channels at one tap. The input and weights are
-// of the element type T (element.cuh), widened to float as they are read.
+// of the element type T (element.cuh), widened to float as they are read. Multiplied natively
+// in fp16 / bf16 (Op = T, a 16-bit type: tensor_core_operands.cuh's Operand), a thread's k of
+// a k-block are 16 channels at one tap, so cin_pad is Cin rounded up to 16, and the values
+// keep their 16 bits.
 #pragma once
+
+#include <type_traits>
 
 #include "launchers.h"
 #include "tensor_core_operands.cuh"
@@ -21,7 +26,7 @@ __device__ __attribute__((unused)) const uint32_t kZeroPage[1] = {0u};
 
 struct ConvGeometryFast {
     Conv2dGeometry g;
-    int batch, cout, cin_pad;
+    int batch, cout, cin_pad;  // cin_pad: Cin rounded up to Operand<Op>::kThreadK
     FastDiv by_pixels, by_out_w, by_cin_pad, by_s;
 };
 
@@ -39,10 +44,14 @@ struct LinearPixels {
     }
 };
 
-// A's rows (see the top), in the pixel order Pixels, from an input of element type T.
-// kFullBlocks: Cin % 8 == 0.
-template <bool kFullBlocks, class Pixels = LinearPixels, class T = float>
+// A's rows (see the top), in the pixel order Pixels, from an input of element type T, for
+// products of Op (float: TF32; T itself for the native 16-bit products).
+// kFullBlocks: Cin % Operand<Op>::kThreadK == 0.
+template <bool kFullBlocks, class Pixels = LinearPixels, class T = float, class Op = float>
 struct Im2colRows {
+    static constexpr int kThreadK = tc::Operand<Op>::kThreadK;  // a thread's k of a k-block
+    static_assert(!tc::Operand<Op>::kNative16 || std::is_same_v<Op, T>,
+                  "native 16-bit products multiply the input's own type");
     const T* x;
     ConvGeometryFast f;
     Pixels pixels;
@@ -56,7 +65,7 @@ struct Im2colRows {
         int dh, dw;  // r * dil_h, s * dil_w
         int count;   // channels present from c0 (0 past the last tap)
     };
-    // The thread's 8 values of a row and k-block: value e at q[e * stride], those with
+    // The thread's kThreadK values of a row and k-block: value e at q[e * stride], those with
     // e < count present. Absent rows point at the zero page with stride 0, so that a full
     // block's loads need no predicate, and each load's address is one multiply-add (the
     // pointer and the stride are worked out once a k-block, not once a value).
@@ -73,11 +82,11 @@ struct Im2colRows {
     }
     __device__ KBlock kblock(int kb, int t) const {
         const Conv2dGeometry& g = f.g;
-        const int k0 = kb * tc::kBlockK + 8 * t;
+        const int k0 = kb * tc::Operand<Op>::kBlockK + kThreadK * t;
         const int tap = f.by_cin_pad.div(k0), c0 = k0 - tap * f.cin_pad;
         const int r = f.by_s.div(tap), s = tap - r * g.kernel_w;
         const int dh = r * g.dil_h, dw = s * g.dil_w;
-        const int count = tap < g.kernel_h * g.kernel_w ? min(8, g.channels - c0) : 0;
+        const int count = tap < g.kernel_h * g.kernel_w ? min(kThreadK, g.channels - c0) : 0;
         return {(c0 * g.height + dh) * g.width + dw, dh, dw, count};
     }
     __device__ KPtr none() const { return {reinterpret_cast<const T*>(kZeroPage), 0, 0}; }
@@ -94,6 +103,14 @@ struct Im2colRows {
         return make_float2(load_or_zero(q, e < p.count),
                            load_or_zero(q + p.stride, e + 1 < p.count));
     }
+    // The native 16-bit products' form of fetch2: the two values' bits, e in the low half.
+    __device__ uint32_t fetch_pair(const KPtr& p, int e) const {
+        const T* q = p.q + static_cast<long long>(p.stride) * e;
+        const uint32_t lo = kFullBlocks ? load_bits_ordered(q) : load_bits_or_zero(q, e < p.count);
+        const uint32_t hi = kFullBlocks ? load_bits_ordered(q + p.stride)
+                                        : load_bits_or_zero(q + p.stride, e + 1 < p.count);
+        return lo | hi << 16;
+    }
 };
 
 // B: weight (Cout, Cin, R, S) as the N x K matrix B(co, k), 0 outside.
@@ -109,12 +126,20 @@ struct ConvWeights {
     }
 };
 
-inline ConvGeometryFast fast_geometry(const Conv2dGeometry& g, int batch, int out_channels) {
+// Cin rounded up to a thread's k of a k-block (see the top).
+template <class Op>
+int padded_channels(const Conv2dGeometry& g) {
+    constexpr int kThreadK = tc::Operand<Op>::kThreadK;
+    return (g.channels + kThreadK - 1) / kThreadK * kThreadK;
+}
+
+template <class Op = float>
+ConvGeometryFast fast_geometry(const Conv2dGeometry& g, int batch, int out_channels) {
     ConvGeometryFast f;
     f.g = g;
     f.batch = batch;
     f.cout = out_channels;
-    f.cin_pad = (g.channels + 7) / 8 * 8;
+    f.cin_pad = padded_channels<Op>(g);
     f.by_pixels = FastDiv(static_cast<uint32_t>(g.out_h * g.out_w));
     f.by_out_w = FastDiv(static_cast<uint32_t>(g.out_w));
     f.by_cin_pad = FastDiv(static_cast<uint32_t>(f.cin_pad));
@@ -122,19 +147,21 @@ inline ConvGeometryFast fast_geometry(const Conv2dGeometry& g, int batch, int ou
     return f;
 }
 
-// The packed weights for tiles of bn output channels.
-inline tc::PackedB weight_layout(const Conv2dGeometry& g, int out_channels, int bn) {
-    const int k = g.kernel_h * g.kernel_w * ((g.channels + 7) / 8 * 8);
-    return tc::packed_b_layout(bn, out_channels, k, 1);
+// The packed weights for tiles of bn output channels, for products of Op. (The 16-bit
+// packing fits in the bytes of the float one: packed_b_layout.)
+template <class Op = float>
+tc::PackedB weight_layout(const Conv2dGeometry& g, int out_channels, int bn) {
+    const int k = g.kernel_h * g.kernel_w * padded_channels<Op>(g);
+    return tc::packed_b_layout<Op>(bn, out_channels, k, 1);
 }
 
-template <int BN, class T>
+template <int BN, class Op = float, class T>
 cudaError_t pack_weights(const T* weight, int out_channels, const Conv2dGeometry& g,
                          void* packed, cudaStream_t stream) {
-    const ConvWeights<T> src{weight, out_channels, g.channels, (g.channels + 7) / 8 * 8, g.kernel_h,
-                          g.kernel_w};
-    return tc::pack_b<BN>(src, static_cast<uint8_t*>(packed),
-                              weight_layout(g, out_channels, BN), stream);
+    const ConvWeights<T> src{weight,           out_channels, g.channels, padded_channels<Op>(g),
+                             g.kernel_h,       g.kernel_w};
+    return tc::pack_b<BN, Op>(src, static_cast<uint8_t*>(packed),
+                              weight_layout<Op>(g, out_channels, BN), stream);
 }
 
 }  // namespace conv_tc

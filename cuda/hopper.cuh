@@ -106,15 +106,21 @@ template <class T>
 __device__ __forceinline__ T half_from_bits(unsigned short bits) {
     return *reinterpret_cast<const T*>(&bits);
 }
+// (The _bits forms keep the value's 16 bits as they are: the native fp16 / bf16 products take
+// them in pairs, unwidened.)
 template <class T, class = std::enable_if_t<is_half_type<T>()>>
-__device__ __forceinline__ float load_or_zero(const T* p, bool valid) {
+__device__ __forceinline__ unsigned short load_bits_or_zero(const T* p, bool valid) {
     unsigned short v;
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\nmov.b16 %0, 0;\n"
         "@p ld.global.nc.b16 %0, [%1];\n}\n"
         : "=h"(v)
         : "l"(p), "r"(static_cast<int>(valid)));
-    return to_float(half_from_bits<T>(v));
+    return v;
+}
+template <class T, class = std::enable_if_t<is_half_type<T>()>>
+__device__ __forceinline__ float load_or_zero(const T* p, bool valid) {
+    return to_float(half_from_bits<T>(load_bits_or_zero(p, valid)));
 }
 template <class T, class = std::enable_if_t<is_half_type<T>()>>
 __device__ __forceinline__ float2 load2_or_zero(const T* p, bool valid) {
@@ -138,10 +144,14 @@ __device__ __forceinline__ float load_ordered(const float* p) {
     return v;
 }
 template <class T, class = std::enable_if_t<is_half_type<T>()>>
-__device__ __forceinline__ float load_ordered(const T* p) {
+__device__ __forceinline__ unsigned short load_bits_ordered(const T* p) {
     unsigned short v;
     asm volatile("ld.global.nc.b16 %0, [%1];" : "=h"(v) : "l"(p));
-    return to_float(half_from_bits<T>(v));
+    return v;
+}
+template <class T, class = std::enable_if_t<is_half_type<T>()>>
+__device__ __forceinline__ float load_ordered(const T* p) {
+    return to_float(half_from_bits<T>(load_bits_ordered(p)));
 }
 
 // ---------------------------------------------------------------------------- shared memory

@@ -28,7 +28,7 @@
 namespace scratchops {
 
 // ------------------------------------------------------------------------- half precision
-// The tensor-core engines have two ways of multiplying: 3xTF32 (fp32-accurate) and the
+// The tensor-core engines have two ways of multiplying floats: 3xTF32 (fp32-accurate) and the
 // one-product TF32 mode. Every fp16 and bf16 value is a TF32 value (TF32 keeps fp16's 10
 // mantissa bits and bf16's 8 exponent bits), so on half operands the one-product mode is
 // exact in each product and sums in fp32: what a native fp16 / bf16 tensor-core product with
@@ -47,6 +47,15 @@ constexpr bool tensor_cores_single_product(bool tf32) {
 //   kMmaSync  the warp-level mma.sync (mma_sync_3xtf32.cuh): any sm_80 or later GPU.
 // binding.cpp picks the faster one the device has, unless the user forced one.
 enum class TensorCorePath : int { kWgmma = 0, kMmaSync = 1 };
+
+// Whether the implicit-GEMM convolutions (conv_implicit.cu, P85's one pass v2) multiply T
+// natively, fp16 / bf16 wgmma at twice the TF32 rate: the half types on the wgmma engine. The
+// products are the single product's (exact, summed in fp32), in another order. The packed
+// weights differ with it, so conv2d_implicit_pack takes the engine its launch will use.
+template <class T>
+constexpr bool tensor_cores_native16(TensorCorePath engine) {
+    return !std::is_same<T, float>::value && engine == TensorCorePath::kWgmma;
+}
 
 // ---------------------------------------------------------------- gemm.cu
 // C[b] = A[b] @ B[b] (+ bias[m] on every row m), for b in [0, batch). Batch strides are in
@@ -149,8 +158,9 @@ cudaError_t tf32_round_launch(const float* x, float* y, long long n, cudaStream_
 // optional elementwise tail: kMinAddMul (P31) gives y = (min(y, constant) + bias[co]) * factor.
 // x: batch images of g.channels x g.height x g.width; y: batch x out_channels x out_h x out_w.
 // The weights are first packed (conv2d_implicit_pack into a buffer of
-// conv2d_implicit_packed_bytes, 16-byte aligned); a packed buffer serves any number of
-// launches while the weights do not change. engine: the tensor-core engine (above).
+// conv2d_implicit_packed_bytes, 16-byte aligned, the same size for every T and engine) for
+// the engine that launches (above: tensor_cores_native16 packs another layout); a packed
+// buffer serves any number of launches while the weights do not change.
 template <class T = float>
 struct ConvTail {
     enum Kind { kNone = 0, kMinAddMul = 1 };
@@ -161,11 +171,11 @@ struct ConvTail {
 };
 // tf32: one TF32 product per fp32 product (A and B rounded to nearest), as cuDNN computes
 // when torch allows TF32 (conv2d_uses_tf32 says when scratchops follows it); the half types:
-// tensor_cores_single_product. The packed weights are the same bytes for every T.
+// tensor_cores_single_product, natively where tensor_cores_native16.
 long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels);
 template <class T>
 cudaError_t conv2d_implicit_pack(const T* weight, int out_channels, const Conv2dGeometry& g,
-                                 void* packed, cudaStream_t stream);
+                                 TensorCorePath engine, void* packed, cudaStream_t stream);
 // group_k_blocks: let long reductions keep several k-blocks in one partial sum (5% faster on
 // P31's forward, a little less accurate: conv_implicit.cu); false: one k-block a partial sum
 // (the input gradient of conv_backward.cu, whose error the tests hold to 4x torch's).

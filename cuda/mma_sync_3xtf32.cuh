@@ -35,6 +35,7 @@
 
 #include "common.cuh"
 #include "hopper.cuh"
+#include "tensor_core_a_fragments.cuh"
 #include "tensor_core_operands.cuh"
 
 namespace scratchops {

@@ -13,17 +13,23 @@
 namespace scratchops {
 
 // tf32x3::launch's arguments; STAGES is the wgmma engine's ring depth (mma.sync's is its own).
-template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class ALoader,
-          class Epilogue>
+// Op: the operand type (tensor_core_operands.cuh's Operand); the native 16-bit products are
+// the wgmma engine's alone (cudaErrorInvalidValue on mma.sync: the callers choose them only
+// there, tensor_cores_native16 in launchers.h).
+template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class Op = float,
+          class ALoader, class Epilogue>
 cudaError_t tensor_core_launch(TensorCorePath engine, const ALoader& loader,
                                const Epilogue& epilogue, const uint8_t* packed,
                                const tc::PackedB& layout, int m_rows, int batch,
                                bool b_shared, cudaStream_t stream) {
-    if (engine == TensorCorePath::kMmaSync)
+    if constexpr (tc::Operand<Op>::kNative16) {
+        if (engine != TensorCorePath::kWgmma) return cudaErrorInvalidValue;
+    } else if (engine == TensorCorePath::kMmaSync) {
         return mma_sync::launch<BN, MB, kGroup, kTf32>(loader, epilogue, packed, layout, m_rows,
                                                        batch, b_shared, stream);
-    return tf32x3::launch<BN, MB, STAGES, kGroup, kTf32>(loader, epilogue, packed, layout,
-                                                         m_rows, batch, b_shared, stream);
+    }
+    return tf32x3::launch<BN, MB, STAGES, kGroup, kTf32, Op>(loader, epilogue, packed, layout,
+                                                             m_rows, batch, b_shared, stream);
 }
 
 }  // namespace scratchops

@@ -6,7 +6,10 @@
 // B packed: once per launch, pack_b writes B's big, small and cross parts (the 3xTF32 split:
 // tf32x3.cuh) as the exact bytes shared memory wants: per (tile of BN rows, k-block of 32),
 // three BN x 128-byte tiles in the 128-byte swizzle layout, which an engine copies into
-// shared memory as they are.
+// shared memory as they are. Multiplied natively in fp16 / bf16 (Operand below), a k-block
+// is 64 values of the 16-bit type and only its first tile is written: one product, no split.
+// A's side, the values each thread loads and the register fragments it makes of them:
+// tensor_core_a_fragments.cuh.
 //
 // Layouts (PTX ISA "Asynchronous Warpgroup Level Matrix Shared Memory Layout" and "Register
 // Fragments"): in a 64-row block, warp q of a warpgroup owns rows 16q .. 16q + 15; lane
@@ -14,14 +17,20 @@
 // 4 * nb + 2h + c at (row g + 8h, column 8 nb + 2t + c). The A registers of k-step j hold
 // logical columns 8j + t (a0, a1) and 8j + t + 4 (a2, a3); physical_k() maps logical to
 // physical k so that thread t needs exactly the 8 consecutive physical k [8t, 8t + 8) of a
-// k-block. B's packing applies the same map.
+// k-block. B's packing applies the same map. In fp16 / bf16 (k16 wgmma, two values a
+// register, the lower k in the low half) the registers of k-step j hold logical columns
+// 16j + 2t, + 1 (a0 row g, a1 row g + 8) and 16j + 2t + 8, + 9 (a2, a3), and the map gives
+// thread t the 16 consecutive physical k [16t, 16t + 16).
 //
 // Interfaces the engines' kernels are instantiated with:
 //   ALoader: Row row(int batch, int m); KBlock kblock(int kb, int t);
 //            KPtr kptr(Row, KBlock): where the thread's 8 values of a row and k-block are,
 //            in the loader's own form (computed once a k-block, so that fetch2 is cheap);
 //            KPtr none(): a KPtr of no values; float2 fetch2(KPtr, int e): values e, e + 1
-//            (0 where absent)   (see gemm.cu, conv_implicit.cuh)
+//            (0 where absent)   (see gemm.cu, conv_implicit.cuh). A loader for the native
+//            16-bit products (Operand<Op>::kNative16: conv_implicit.cuh's Im2colRows) gives
+//            its thread 16 values a k-block, and uint32_t fetch_pair(KPtr, int e): values
+//            e, e + 1 as their bits, e in the low half.
 //   Epilogue: Prepared prepare(TileCoords with the thread's place only) once per thread
 //            (per-thread constants, e.g. its columns' parameters), then
 //            void store(const float (&acc)[MB][BN / 2], TileCoords, const Prepared&) for one
@@ -41,21 +50,41 @@ namespace scratchops {
 namespace tc {
 
 constexpr int kBlockK = 32;  // TF32 values per k-block: one 128-byte swizzled row
+
+// The operand type the tensor cores multiply: float (TF32 products: three, or one in the TF32
+// mode) or a 16-bit type, __half or __nv_bfloat16, multiplied natively (wgmma_half.cuh). A
+// k-block is one 128-byte row of B either way; a thread of a quad loads kThreadK consecutive
+// physical k of it.
+template <class Op>
+struct Operand {
+    static constexpr bool kNative16 = sizeof(Op) == 2;
+    static constexpr int kBlockK = 128 / static_cast<int>(sizeof(Op));  // 32 or 64
+    static constexpr int kThreadK = kBlockK / 4;                         // 8 or 16
+};
 // pack_b runs at most this many blocks (PackedB::pack_blocks: fewer for a small B); each
 // writes one "B has a non-finite value" flag, which the main kernel ORs together
 // (b_has_nonfinite), so no flag needs clearing before a launch.
 constexpr int kPackBlocks = 1024;
 
-// Logical column L (0..31) of a k-block, as wgmma sees it, holds physical k = physical_k(L):
-// thread t of a quad needs physical [8t, 8t + 8), in k-step j as (8t + 2j, 8t + 2j + 1).
+// Logical column L of a k-block, as wgmma sees it, holds physical k = physical_k(L).
+// TF32 (L < 32): thread t = L % 4 of a quad needs physical [8t, 8t + 8), in k-step j = L / 8
+// as (8t + 2j, 8t + 2j + 1). 16-bit (L < 64): thread t = (L % 8) / 2 needs [16t, 16t + 16), in
+// k-step j = L / 16 as 16t + 4j + (0, 1) (register h) and + (2, 3) (register 2 + h).
+template <class Op = float>
 __host__ __device__ constexpr int physical_k(int L) {
-    return 8 * (L % 4) + 2 * (L / 8) + (L % 8) / 4;
+    if constexpr (Operand<Op>::kNative16)
+        return 16 * ((L % 8) / 2) + 4 * (L / 16) + 2 * ((L % 16) / 8) + L % 2;
+    else
+        return 8 * (L % 4) + 2 * (L / 8) + (L % 8) / 4;
 }
 
 // Byte offset of logical column L of row n inside one packed tile (128-byte swizzle: the
-// 16-byte chunk c of row n sits at chunk position c ^ (n % 8)).
+// 16-byte chunk c of row n sits at chunk position c ^ (n % 8)); column L's bytes start at
+// L * sizeof(Op) in the unswizzled row.
+template <class Op = float>
 __host__ __device__ constexpr int packed_offset(int n, int L) {
-    return n * 128 + (((L / 4) ^ (n % 8)) * 16) + (L % 4) * 4;
+    constexpr int kBytes = static_cast<int>(sizeof(Op));
+    return n * 128 + ((((L * kBytes) / 16) ^ (n % 8)) * 16) + (L * kBytes) % 16;
 }
 
 // Packed B of `entries` matrices (one, or one per batch entry): per (entry, tile of BN rows,
@@ -75,14 +104,20 @@ struct PackedB {
     }
 };
 
-inline PackedB packed_b_layout(int bn, int n, int k, int entries) {
-    return {bn, (k + kBlockK - 1) / kBlockK, (n + bn - 1) / bn, entries};
+// (The 16-bit packing has a third as many tiles a stage in use and at most as many k-blocks, as
+// its K counts in blocks of 64: its bytes fit in the TF32 packing's of the same K rounded to
+// 8, which is what a caller allocates.)
+template <class Op = float>
+PackedB packed_b_layout(int bn, int n, int k, int entries) {
+    constexpr int kBlock = Operand<Op>::kBlockK;
+    return {bn, (k + kBlock - 1) / kBlock, (n + bn - 1) / bn, entries};
 }
 
 // A block a stage at a time (stage = (entry * n_tiles + tile) * num_kb + kb, its position in
 // three divisions once), its threads over the stage's work items (16-byte chunk c, row n):
-// the chunk holds logical columns 4c .. 4c + 3 of row n, written to each of the three tiles.
-template <int BN, class Source>
+// the chunk holds logical columns 4c .. 4c + 3 of row n, written to each of the three tiles;
+// in 16-bit, logical columns 8c .. 8c + 7, written to the first tile alone.
+template <int BN, class Op, class Source>
 __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
     bool nonfinite = false;
     for (int stage = blockIdx.x; stage < layout.stages(); stage += gridDim.x) {
@@ -95,22 +130,34 @@ __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
         // apiece, and packing a large B ran at a fifth of the copy rate).
         for (int item = threadIdx.x; item < 8 * BN; item += blockDim.x) {
             const int c = item % 8, n = item / 8;
-            uint32_t big[4], small[4], cross[4];
+            if constexpr (Operand<Op>::kNative16) {  // exact: Source widened an Op value
+                uint4 chunk;
+                Op* values = reinterpret_cast<Op*>(&chunk);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const Tf32Split p = split_tf32(
-                    src(entry, tile * BN + n, kb * kBlockK + physical_k(4 * c + j)));
-                big[j] = p.big;
-                small[j] = p.small;
-                cross[j] = p.cross;
-                nonfinite = nonfinite || p.cross != p.big;
+                for (int j = 0; j < 8; ++j)
+                    values[j] = from_float<Op>(src(entry, tile * BN + n,
+                                                   kb * Operand<Op>::kBlockK +
+                                                       physical_k<Op>(8 * c + j)));
+                *reinterpret_cast<uint4*>(tiles + packed_offset<Op>(n, 8 * c)) = chunk;
+            } else {
+                uint32_t big[4], small[4], cross[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const Tf32Split p = split_tf32(
+                        src(entry, tile * BN + n, kb * kBlockK + physical_k(4 * c + j)));
+                    big[j] = p.big;
+                    small[j] = p.small;
+                    cross[j] = p.cross;
+                    nonfinite = nonfinite || p.cross != p.big;
+                }
+                const int offset = packed_offset(n, 4 * c);
+                *reinterpret_cast<uint4*>(tiles + offset) =
+                    make_uint4(big[0], big[1], big[2], big[3]);
+                *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
+                    make_uint4(small[0], small[1], small[2], small[3]);
+                *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
+                    make_uint4(cross[0], cross[1], cross[2], cross[3]);
             }
-            const int offset = packed_offset(n, 4 * c);
-            *reinterpret_cast<uint4*>(tiles + offset) = make_uint4(big[0], big[1], big[2], big[3]);
-            *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
-                make_uint4(small[0], small[1], small[2], small[3]);
-            *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
-                make_uint4(cross[0], cross[1], cross[2], cross[3]);
         }
     }
     const int block_nonfinite = __syncthreads_or(nonfinite);
@@ -118,12 +165,13 @@ __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
         reinterpret_cast<int*>(packed + layout.tiles_bytes())[blockIdx.x] = block_nonfinite;
 }
 
-template <int BN, class Source>
+// Op: the operand type the engine multiplies (Operand), float for the TF32 split.
+template <int BN, class Op = float, class Source>
 cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
                    cudaStream_t stream) {
     // Always layout.pack_blocks() blocks, so that every flag the main kernel reads is written.
     constexpr int kPackThreads = 256;
-    pack_b_kernel<BN><<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
+    pack_b_kernel<BN, Op><<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
     return cudaGetLastError();
 }
 
@@ -170,56 +218,6 @@ struct TileGrid {
         const int rest = t - b * per_entry;
         mt = rest / n_tiles;
         nt = rest - mt * n_tiles;
-    }
-};
-
-// The thread's 8 values of each of its rows (mb, h) for the k-block next[][] points at.
-template <int MB, class ALoader>
-__device__ __forceinline__ void fetch_kblock(const ALoader& loader,
-                                             const typename ALoader::KPtr (&next)[MB][2],
-                                             float (&raw)[MB][2][8]) {
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int e = 0; e < 8; e += 2) {
-                const float2 v = loader.fetch2(next[mb][h], e);
-                raw[mb][h][e] = v.x;
-                raw[mb][h][e + 1] = v.y;
-            }
-}
-
-// A's rows of one tile, for the kernels that take one tile a CTA (mma_sync, gemm v6 and v7):
-// each row's state, and where the thread's values of a k-block are (point_at; past the last
-// k-block, nowhere).
-template <int MB, int kBM, class ALoader>
-struct TileARows {
-    typename ALoader::Row rows[MB][2];
-    typename ALoader::KPtr next[MB][2];
-    __device__ __forceinline__ TileARows(const ALoader& loader, const TileCoords& me, int batch,
-                                         int mt) {
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                rows[mb][h] = loader.row(batch, mt * kBM + me.tile_row<MB>(mb, h));
-    }
-    __device__ __forceinline__ void point_at(const ALoader& loader, int kb, int num_kb,
-                                             int quad_col) {
-        const typename ALoader::KBlock blk = loader.kblock(kb, quad_col);
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                next[mb][h] = kb < num_kb ? loader.kptr(rows[mb][h], blk) : loader.none();
-    }
-    // The pipeline's start: k-block 0's values into raw, the loads pointed at k-block 1.
-    __device__ __forceinline__ void start(const ALoader& loader, float (&raw)[MB][2][8],
-                                          int num_kb, int quad_col) {
-        point_at(loader, 0, num_kb, quad_col);
-        fetch_kblock(loader, next, raw);
-        point_at(loader, 1, num_kb, quad_col);
     }
 };
 
@@ -297,42 +295,6 @@ __device__ __forceinline__ void add_to(float (&total)[MB][N], const float (&part
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
         for (int i = 0; i < N; ++i) total[mb][i] += part[mb][i];
-}
-
-// A's register fragments of k-step s (of 4) of the k-block in raw[][][], both engines: rows
-// g and g + 8 (h = 0, 1) take logical column 8s + t (physical 8t + 2s, registers a0 / a1) and
-// 8s + t + 4 (physical 8t + 2s + 1, a2 / a3). 3xTF32: each value split into big, small and
-// cross parts; the TF32 mode: rounded to nearest, as cuDNN rounds it, into big alone. Then
-// the two values consumed are refilled with the next k-block's (next[][]), so each load is in
-// flight for a whole k-block before its value is used. written(mb) runs once the row pair's
-// registers hold their values (the wgmma engine pins them there; see pin_registers).
-template <bool kTf32, int MB, class ALoader, class Written>
-__device__ __forceinline__ void a_fragments(float (&raw)[MB][2][8], const ALoader& loader,
-                                            const typename ALoader::KPtr (&next)[MB][2], int s,
-                                            uint32_t (&big)[MB][4], uint32_t (&small)[MB][4],
-                                            uint32_t (&cross)[MB][4], Written written) {
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            if (kTf32) {
-                big[mb][h] = tf32_nearest(raw[mb][h][2 * s]);
-                big[mb][2 + h] = tf32_nearest(raw[mb][h][2 * s + 1]);
-            } else {
-                const Tf32Split lo = split_tf32_truncated(raw[mb][h][2 * s]);
-                const Tf32Split hi = split_tf32_truncated(raw[mb][h][2 * s + 1]);
-                big[mb][h] = lo.big;
-                small[mb][h] = lo.small;
-                cross[mb][h] = lo.cross;
-                big[mb][2 + h] = hi.big;
-                small[mb][2 + h] = hi.small;
-                cross[mb][2 + h] = hi.cross;
-            }
-            written(mb);
-            const float2 v = loader.fetch2(next[mb][h], 2 * s);
-            raw[mb][h][2 * s] = v.x;
-            raw[mb][h][2 * s + 1] = v.y;
-        }
 }
 
 // What a launch of either engine does first: the kernel's dynamic shared-memory limit set

@@ -29,19 +29,28 @@
 //             of three: A rounded to nearest in the hot loop (tf32_nearest), B's big tile
 //             alone copied and multiplied, the whole tile summed in the tensor cores (no
 //             partial sums). What cuDNN and cuBLAS compute then.
+//   16-bit mode (Op = __half or __nv_bfloat16: Operand<Op>::kNative16, with kTf32) The half
+//             types multiplied natively, at twice the TF32 rate: a k-block is 64 values, B's
+//             tile holds them as they are (pack_b<BN, Op>), a thread loads its 16 values of a
+//             row as 8 pairs of bits, and each k-step is one m64nNk16 wgmma
+//             (wgmma_half.cuh) with fp32 accumulation; the rest as in the TF32 mode.
 // The same product on mma.sync, for GPUs without wgmma (sm_80 to sm_89): mma_sync_3xtf32.cuh,
 // which takes the same operands and epilogues.
 //
-// Layouts, the packed B and the loader and epilogue interfaces: tensor_core_operands.cuh.
+// Layouts, the packed B and the loader and epilogue interfaces: tensor_core_operands.cuh; A's
+// fragments: tensor_core_a_fragments.cuh.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
 #include "common.cuh"
 #include "hopper.cuh"
+#include "tensor_core_a_fragments.cuh"
 #include "tensor_core_operands.cuh"
+#include "wgmma_half.cuh"
 #include "wgmma_tf32.cuh"
 
 namespace scratchops {
@@ -137,15 +146,15 @@ __device__ __forceinline__ void produce_b_stages(uint8_t* stages, uint64_t (&ful
 }
 
 // One k-step's wgmmas for the MB row blocks, committed as one group: the cross terms first,
-// the big product last (the TF32 mode: the big product alone); accumulate = 0 starts the
-// sum afresh (the first k-step of a group).
-template <int BN, bool kTf32, int MB>
+// the big product last (the TF32 and 16-bit modes: the big product alone); accumulate = 0
+// starts the sum afresh (the first k-step of a group).
+template <int BN, bool kTf32, class Op = float, int MB>
 __device__ __forceinline__ void kstep_wgmmas(float (&acc)[MB][BN / 2], uint32_t (&a_big)[MB][4],
                                              uint32_t (&a_small)[MB][4],
                                              uint32_t (&a_cross)[MB][4], uint64_t desc_big,
                                              uint64_t desc_small, uint64_t desc_cross,
                                              int accumulate) {
-    using Mma = WgmmaTf32Rs<BN>;
+    using Mma = std::conditional_t<Operand<Op>::kNative16, WgmmaHalfRs<BN, Op>, WgmmaTf32Rs<BN>>;
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) pin_registers(acc[mb]);
     wgmma_fence();
@@ -196,13 +205,15 @@ struct ANext {
     }
 };
 
-template <int BN, int MB, int STAGES, int kGroup, bool kTf32, class ALoader, class Epilogue>
+template <int BN, int MB, int STAGES, int kGroup, bool kTf32, class Op, class ALoader,
+          class Epilogue>
 __global__ void __launch_bounds__(kThreads, 1)
     tf32x3_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
                   const PackedB layout, const TileGrid grid) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Cfg = Config<BN, MB, STAGES, kTf32>;
     constexpr int kAcc = BN / 2;
+    static_assert(kTf32 || !Operand<Op>::kNative16, "the 16-bit products are single products");
 
     extern __shared__ uint8_t smem_raw[];
     __shared__ uint64_t full_bar[STAGES], empty_bar[STAGES];
@@ -240,7 +251,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int group = kTf32 ? num_kb : kGroup;  // k-blocks between drains
     set_zero(total);
 
-    float raw[MB][2][8];  // the thread's 8 values of each row for the k-block being consumed
+    // The thread's values of each row for the k-block being consumed: 8 floats, or 16 halves
+    // in 8 pairs (16-bit mode).
+    std::conditional_t<Operand<Op>::kNative16, uint32_t, float> raw[MB][2][8];
     uint32_t a_big[2][MB][4], a_small[2][MB][4], a_cross[2][MB][4];  // k-step s: buffer s % 2
     ANext<MB, Cfg::kBM, ALoader> a_next;  // where the next k-block's values are
     auto point_next = [&] { a_next.advance(loader, grid, me, num_kb, total_iters); };
@@ -266,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                     a_cross[buf][mb]);
                                    });
             // k-step s starts 32 * s bytes into the tile rows: + 2 * s in 16-byte units.
-            kstep_wgmmas<BN, kTf32>(acc, a_big[buf], a_small[buf], a_cross[buf],
+            kstep_wgmmas<BN, kTf32, Op>(acc, a_big[buf], a_small[buf], a_cross[buf],
                                     desc.big + 2 * s, desc.small + 2 * s, desc.cross + 2 * s,
                                     s > 0 || !fresh);
             wgmma_wait<1>();  // the previous step's wgmmas are done: its registers are free
@@ -319,14 +332,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 // nearest) instead of three: what torch's convolutions and matmuls compute when TF32 is
 // allowed, a third of the tensor-core work.
 // persistent = false: one CTA a tile instead of one a multiprocessor (gemm v8: the kernel as
-// it is without persistence; its tile loop then runs once).
-template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class ALoader,
-          class Epilogue>
+// it is without persistence; its tile loop then runs once). Op: the operand type multiplied
+// (Operand: float, or a 16-bit type natively, with kTf32, a loader giving fetch_pair and B
+// packed by pack_b<BN, Op>).
+template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class Op = float,
+          class ALoader, class Epilogue>
 cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_t* packed,
                    const PackedB& layout, int m_rows, int batch, bool b_shared,
                    cudaStream_t stream, bool persistent = true) {
     using Cfg = Config<BN, MB, STAGES, kTf32>;
-    auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, kTf32, ALoader, Epilogue>;
+    auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, kTf32, Op, ALoader, Epilogue>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
     TileGrid grid;
     int tiles = 0;

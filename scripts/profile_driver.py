@@ -5,7 +5,8 @@
 The first forward builds the kernels; every forward packs the weights (pack_b_kernel) before
 the main kernel; --launch-skip 1 profiles the second call of the kernel. P31's kernel:
 regex:tf32x3_kernel with `p31`. torch's default switches hold, as for KernelBench: P31's
-convolution runs in TF32, P85's in fp32 (docs/tf32.md); pass `fp32` last for TF32 off.
+convolution runs in TF32, P85's in fp32 (docs/tf32.md); pass `fp32` last for TF32 off, or
+`bf16` / `fp16` for the model and input in that dtype (as KernelBench's precision casts them).
 """
 
 import contextlib
@@ -24,6 +25,9 @@ def main(problem: str = "p85", variant: str | None = None, calls: str = "3",
     _, model_new = build_pair(module, variant, seed=0)
     torch.manual_seed(1)
     x = module.get_inputs()[0].cuda()
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if half is not None:
+        model_new, x = model_new.to(half), x.to(half)
     with torch.no_grad(), tf32_disabled() if precision == "fp32" else contextlib.nullcontext():
         for _ in range(int(calls)):
             model_new(x)

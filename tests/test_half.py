@@ -13,7 +13,7 @@ import scratchops
 from helpers import (ENGINES, OPERATOR_SAMPLES, TENSOR_CORES, model_cases, poison_next, rand,
                      requires_gpu, skip_unless_gemm_version_runs, skip_unless_runnable)
 from scratchops.problems import PROBLEMS, build_pair
-from scratchops.tools.report import HALF_TOL
+from scratchops.tools.report import HALF_TOL, half_float64_rule
 
 HALF = [torch.float16, torch.bfloat16]
 ids = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -150,6 +150,10 @@ CONV_CASES = [
     ((3, 8, 9, 7), (4, 8, 2, 5), (2, 1), (1, 2), (1, 2)),
     ((2, 16, 20, 21), (70, 16, 3, 3), 1, 1, 1),
     ((1, 64, 34, 33), (128, 64, 3, 3), 1, 0, 1),  # P31's channels
+    # The native 16-bit products load 16 channels of a tap a thread: 40 = 16 + 16 + 8 (a part
+    # block), and one channel under a 5 x 5 kernel (15 of each 16 absent).
+    ((2, 40, 11, 13), (20, 40, 3, 3), 1, 1, 1),
+    ((1, 1, 12, 9), (3, 1, 5, 5), 1, 2, 1),
 ]
 
 
@@ -230,26 +234,26 @@ def test_model_new_half(dtype, name, label):
     assert_half_matches(out, ref, ref64)
 
 
-# P31 in bf16 at KernelBench's size fails KernelBench's check on a few elements: torch rounds
-# the convolution to bf16 before the min, the bias and the x2, so where cuDNN's sum and another
-# summation order round to neighbouring bf16 values (1 step: 0.0078 at 1 to 2) and the bias
-# brings the result near 0, the x2 doubles that step past 1e-2. Only a convolution bit-equal to
-# cuDNN's avoids it (torch.compile reuses cuDNN's and passes). strict: a pass fails the test, so
-# that this mark goes once it no longer holds.
-P31_BF16_ROUNDING = pytest.mark.xfail(
-    strict=True, reason="P31 in bf16: 1-step rounding differences of the convolution, doubled "
-                        "past 1e-2 near 0 (see above)")
+# P31 in bf16 at KernelBench's size may fail KernelBench's check on a few elements, depending on
+# the draw: torch rounds the convolution to bf16 before the min, the bias and the x2, so where
+# cuDNN's sum and another summation order round to neighbouring bf16 values (1 step: 0.0078 at 1
+# to 2) and the bias brings the result near 0, the x2 doubles that step past 1e-2 (docs/notes.md,
+# "Half precision"; scripts/half_tie_probe.py counts them). Only a convolution bit-equal to
+# cuDNN's avoids it. A trial outside the tolerance must be that: P31 in bf16, at most
+# MAX_TIE_ELEMENTS elements outside, and an error against float64 within 2x torch's own
+# (report.half_float64_rule, the rule `scratchops run` applies).
+MAX_TIE_ELEMENTS = 64
 
 
 @requires_gpu
 @pytest.mark.parametrize("precision,name", [
     (torch.float16, "p85"), (torch.float16, "p31"), (torch.bfloat16, "p85"),
-    pytest.param(torch.bfloat16, "p31", marks=P31_BF16_ROUNDING)],
-    ids=["fp16-p85", "fp16-p31", "bf16-p85", "bf16-p31"])
+    (torch.bfloat16, "p31")], ids=["fp16-p85", "fp16-p31", "bf16-p85", "bf16-p31"])
 def test_kernelbench_evaluation_in_half(precision, name):
     """KernelBench's evaluation with precision fp16 / bf16, step by step: Model and ModelNew
     built after the same seed, both moved with .to(device, dtype), fresh inputs each trial cast
-    the same way, allclose at its half tolerance (1e-2)."""
+    the same way, allclose at its half tolerance (1e-2); the trials KernelBench's check would
+    pass are printed."""
     if not TENSOR_CORES:
         pytest.skip("ModelNew's default variants run on the tensor cores of an sm_80+ GPU")
     module = PROBLEMS[name]
@@ -257,14 +261,25 @@ def test_kernelbench_evaluation_in_half(precision, name):
     model = module.Model(*module.get_init_inputs()).to("cuda", precision)
     torch.manual_seed(42)
     model_new = module.ModelNew(*module.get_init_inputs()).to("cuda", precision)
-    for trial in range(3):
+    trials, passed = 3, 0
+    for trial in range(trials):
         torch.manual_seed(1000 + trial)
         x = module.get_inputs()[0].to("cuda", precision)
         with torch.no_grad():
             ref, out = model(x), model_new(x)
         assert out.dtype == ref.dtype == precision
-        assert torch.allclose(out, ref, atol=HALF_TOL, rtol=HALF_TOL), \
-            (out.float() - ref.float()).abs().max().item()
+        if torch.allclose(out, ref, atol=HALF_TOL, rtol=HALF_TOL):
+            passed += 1
+            continue
+        worst = (out.float() - ref.float()).abs().max().item()
+        assert (precision, name) == (torch.bfloat16, "p31"), worst
+        outside = (~torch.isclose(out, ref, atol=HALF_TOL, rtol=HALF_TOL)).sum().item()
+        with torch.no_grad():
+            exact = copy.deepcopy(model).double()(x.double())
+        ok, _, note = half_float64_rule(out, ref, exact)
+        print(f"trial {trial}: {note}")
+        assert ok and outside <= MAX_TIE_ELEMENTS, note
+    print(f"KernelBench's check: {passed} of {trials} trials allclose")
 
 
 # ------------------------------------------------------------------------------ autocast

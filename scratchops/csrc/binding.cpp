@@ -375,7 +375,7 @@ PackedWeights packed_weights(const Tensor& w, const Conv2dGeometry& g) {
     const TensorCorePath engine = tensor_core_engine(w, "this convolution");
     at::DataPtr packed = workspace(conv2d_implicit_packed_bytes(g, i32(w.size(0))));
     const cudaError_t err = conv2d_implicit_pack(
-        data<T>(w), i32(w.size(0)), g, packed.get(),
+        data<T>(w), i32(w.size(0)), g, engine, packed.get(),
         c10::cuda::getCurrentCUDAStream(w.device().index()).stream());
     TORCH_CHECK(err == cudaSuccess, "scratchops: weight packing failed: ", cudaGetErrorString(err));
     return {std::move(packed), engine};
