@@ -20,6 +20,10 @@
 //      in launchers.h): the engine's 16-bit mode, k16 wgmmas at twice the TF32 rate, the
 //      weights packed as 16-bit values (64 a k-block), a thread's 16 channels of a tap loaded
 //      as pairs of bits; no conversion of A at all. Same tile shapes and epilogues.
+//   v3 (16-bit, where all of the packed weights fit in shared memory: one column tile, e.g.
+//      P31's 147 KB in bf16) the weights stay resident in each CTA, and three consumer
+//      warpgroups walk their own 64-row tiles out of step, one's epilogue under another's
+//      wgmmas (wgmma_resident_b.cuh); elsewhere v2's ring.
 // Element types: float, fp16 and bf16 input, weights and output (element.cuh); a half input
 // on the mma.sync engine runs the one-product TF32 mode, exact on half operands
 // (tensor_cores_single_product, launchers.h).
@@ -27,6 +31,7 @@
 
 #include "conv_implicit.cuh"
 #include "tensor_core_launch.cuh"
+#include "wgmma_resident_b.cuh"
 
 namespace scratchops {
 namespace conv_tc {  // (named: in a build without sm_90a the kernel using it is empty)
@@ -108,6 +113,10 @@ constexpr int kWideBN = 128, kWideMB = 1, kWideStages = 4;
 // draws a shape: up to 5.7x at K = 80 and 5.5x at K = 297, at most 3.1x at K = 576 and 1.6x
 // at K = 1750), so fewer than kGroupFrom k-blocks drain at every k-block.
 constexpr int kGroup = 9, kGroupFrom = 18;
+// v3's consumer warpgroups a CTA (wgmma_resident_b.cuh), each on its own 64-row tiles: with 2,
+// P31 bf16 took 2.013 ms against the ring kernel's 1.854, with 3 1.555 (H100, one call; the
+// register limit of 384 threads, 168, holds the 160 the kernel needs).
+constexpr int kResidentWarpgroups = 3;
 
 int tile_width(int out_channels) { return out_channels <= kNarrowBN ? kNarrowBN : kWideBN; }
 
@@ -121,6 +130,10 @@ cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batc
     const int m = batch * g.out_h * g.out_w;
     const tc::PackedB layout = conv_tc::weight_layout<Op>(g, out_channels, BN);
     auto go = [&](auto loader) {
+        if constexpr (tc::Operand<Op>::kNative16)  // v3: B resident, where it fits
+            if (resident_b::fits<BN>(layout))
+                return resident_b::launch<BN, kResidentWarpgroups, Op>(loader, store, packed,
+                                                                       layout, m, stream);
         // (Single products sum a whole tile in the tensor cores: no groups to choose.)
         if constexpr (!kTf32)
             if (group_k_blocks && layout.num_kb >= kGroupFrom)

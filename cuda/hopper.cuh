@@ -300,6 +300,17 @@ __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// A copy of v in a register of its own (an asm volatile mov, which the compiler keeps). A
+// plain copy of a loaded value into an A fragment is folded away, so the wgmma reads the
+// loaded register itself; when the next load refills that register while the wgmma is in
+// flight, ptxas serialises every wgmma of the kernel (its warning C7513; seen in the 16-bit
+// fragments of wgmma_resident_b.cuh; tests/test_sass.py checks the convolutions for it).
+__device__ __forceinline__ uint32_t kept_copy(uint32_t v) {
+    uint32_t copy;
+    asm volatile("mov.b32 %0, %1;" : "=r"(copy) : "r"(v));
+    return copy;
+}
+
 // Register fences for wgmma operands. wgmma reads its A registers and reads/writes its
 // accumulators asynchronously, between issue and wgmma_wait; the compiler does not know
 // that and may move an ordinary read or write of those registers across the wait (seen: a

@@ -128,8 +128,9 @@ __device__ __forceinline__ void a_fragments(uint32_t (&raw)[MB][2][8], const ALo
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            big[mb][h] = raw[mb][h][2 * s];
-            big[mb][2 + h] = raw[mb][h][2 * s + 1];
+            // (Copies of their own: see kept_copy.)
+            big[mb][h] = kept_copy(raw[mb][h][2 * s]);
+            big[mb][2 + h] = kept_copy(raw[mb][h][2 * s + 1]);
             written(mb);
             raw[mb][h][2 * s] = loader.fetch_pair(next[mb][h], 4 * s);
             raw[mb][h][2 * s + 1] = loader.fetch_pair(next[mb][h], 4 * s + 2);

@@ -169,16 +169,18 @@ __device__ __forceinline__ void kstep_wgmmas(float (&acc)[MB][BN / 2], uint32_t 
     wgmma_commit();
 }
 
-// Where a consumer thread's A loads go next: the k-blocks of the CTA's tiles in turn
-// (iterations 0, 1, 2, ...), each tile's rows looked up when its first k-block comes; past
-// the last iteration, nowhere (loader.none()).
+// Where a consumer thread's A loads go next: the k-blocks of its tiles first, first + step,
+// first + 2 step, ... in turn (iterations 0, 1, 2, ...; here a CTA's: blockIdx.x, +
+// gridDim.x), each tile's rows looked up when its first k-block comes; past the last
+// iteration, nowhere (loader.none()).
 template <int MB, int kBM, class ALoader>
 struct ANext {
     typename ALoader::Row rows[MB][2];   // row states of the tile of the next fetch
     typename ALoader::KPtr next[MB][2];  // where the next k-block's values are
     int tile = 0, kb = -1, pointed = 0;
     __device__ __forceinline__ void advance(const ALoader& loader, const TileGrid& grid,
-                                            const TileCoords& me, int num_kb, int total_iters) {
+                                            const TileCoords& me, int num_kb, int total_iters,
+                                            int first, int step) {
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
@@ -190,7 +192,7 @@ struct ANext {
         }
         if (kb == 0) {
             int b, mt, nt;
-            grid.locate(blockIdx.x + tile * gridDim.x, b, mt, nt);
+            grid.locate(first + tile * step, b, mt, nt);
 #pragma unroll
             for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
@@ -256,7 +258,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     std::conditional_t<Operand<Op>::kNative16, uint32_t, float> raw[MB][2][8];
     uint32_t a_big[2][MB][4], a_small[2][MB][4], a_cross[2][MB][4];  // k-step s: buffer s % 2
     ANext<MB, Cfg::kBM, ALoader> a_next;  // where the next k-block's values are
-    auto point_next = [&] { a_next.advance(loader, grid, me, num_kb, total_iters); };
+    auto point_next = [&] {
+        a_next.advance(loader, grid, me, num_kb, total_iters, blockIdx.x, gridDim.x);
+    };
 
     point_next();  // iteration 0
     fetch_kblock(loader, a_next.next, raw);

@@ -14,16 +14,18 @@ import torch.nn.functional as F
 
 import scratchops
 from scratchops.problems import PROBLEMS, build_pair
-from scratchops.tools.report import ATOL, RTOL
+from scratchops.tools.report import ATOL, HALF_TOL, RTOL
 from scratchops.tools.timing import tf32_disabled
 
 failures = []
 CONV_GN_POOL_CUDA_CORES = scratchops.versions.CONV_GN_POOL_CUDA_CORE_VERSION
 
 
-def check(name, out, ref, equal_nan=False):
+def check(name, out, ref, equal_nan=False, tol=None):
+    """out against ref at scratchops' fp32 tolerance, or at `tol` (the half types')."""
+    atol, rtol = (ATOL, RTOL) if tol is None else (tol, tol)
     try:
-        torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL, equal_nan=equal_nan)
+        torch.testing.assert_close(out, ref, atol=atol, rtol=rtol, equal_nan=equal_nan)
     except AssertionError as e:
         failures.append(f"{name}: {e}")
 
@@ -66,6 +68,31 @@ def tensor_core_kernels(engine):
     for version in scratchops.CONV_GN_POOL_VERSIONS:
         if version != CONV_GN_POOL_CUDA_CORES:
             check_one_pass(f"{engine} conv2d_group_norm_pool_clamp v{version}", version)
+
+
+def native_half_kernels():
+    """The native bf16 products on the wgmma engine: the resident-B kernel (one column tile of
+    weights), the ring (Cout 130: two tiles), P31 in one kernel and P85's one pass v2, each
+    against torch in bf16 (at two bf16 steps relative, as tests/test_half.py compares bf16: one
+    step of another summation order's rounding can become two after the fused tail); Cin 24
+    leaves a part block of 8 channels."""
+    half = lambda *shape: r(*shape).to(torch.bfloat16)
+    tol = max(HALF_TOL, 2 * torch.finfo(torch.bfloat16).eps)
+    for cout in (70, 130):
+        x, w, bias = half(3, 24, 11, 9), half(cout, 24, 3, 2), half(cout)
+        check(f"bf16 conv2d implicit Cout {cout}", scratchops.conv2d(x, w, bias, 2, 1, (1, 2)),
+              F.conv2d(x, w, bias, 2, 1, (1, 2)), tol=tol)
+    x, w, bias, b2 = half(2, 24, 10, 9), half(70, 24, 3, 3), half(70), half(70)
+    half_limit = torch.tensor(0.1, device="cuda", dtype=torch.bfloat16)
+    check("bf16 conv2d_min_add_mul", scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
+          (torch.min(F.conv2d(x, w, bias), half_limit) + b2[:, None, None]) * 2.0, tol=tol)
+    x, w, bias, g, b, s = half(2, 5, 14, 13), half(12, 5, 3, 3), half(12), half(12), half(12), \
+        half(12)
+    check("bf16 conv2d_group_norm_pool_clamp v2",
+          scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5,
+                                                  version=2),
+          torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
+                                   s[:, None, None], 4), -0.5, 0.5), tol=tol)
 
 
 def check_grads(label, ours, ref, *inputs):
@@ -132,6 +159,8 @@ def main():
     for engine in (["wgmma", "mma_sync"] if hopper else ["mma_sync"] if tensor_cores else []):
         with scratchops.tensor_core_path(engine):
             tensor_core_kernels(engine)
+    if hopper:
+        native_half_kernels()
     x = r(2, 3, 9, 7)
     for version in scratchops.IM2COL_VERSIONS:
         check(f"im2col v{version}", scratchops.im2col(x, (3, 2), 1, 1, 2, version=version),

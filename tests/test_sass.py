@@ -22,6 +22,12 @@ def test_gemm_versions_use_the_units_their_idea_names():
     assert sorted(r["HMMA"] for r in mma_sync) == [64, 192]
 
 
+def test_the_implicit_gemm_convolutions_keep_their_wgmma_pipelines():
+    """Every kernel of conv_implicit.cu (the ring engine's modes and the resident-B kernel)
+    issues each wgmma while the one before runs: ptxas serialises none of them."""
+    assert sass.serialised_wgmma(cuda_dir() / "conv_implicit.cu") == []
+
+
 def test_the_command_prints_one_row_per_kernel(capsys):
     assert cli.main(["sass", "pool_clamp.cu", "--arch", "80", "--kernel", "pool"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -76,6 +76,19 @@ def compile_cubin(source: Path, arch: str, out_dir: Path) -> Path:
     return cubin
 
 
+def serialised_wgmma(source: Path, arch: str = "90a") -> list[str]:
+    """ptxas's notes that it serialised a kernel's wgmmas (its performance warning C7513: a
+    register a wgmma reads is written while the wgmma may still be running, so every wgmma
+    waits for the one before), one line per kernel of the file."""
+    from .._build import _nvcc_path, cuda_dir
+
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run([_nvcc_path(), "-cubin", "-O3", "-std=c++17", f"-arch=sm_{arch}",
+                               f"-I{cuda_dir()}", "-o", str(Path(folder) / "k.cubin"),
+                               str(source)], check=True, capture_output=True, text=True)
+    return [line for line in (done.stdout + done.stderr).splitlines() if "C7513" in line]
+
+
 def disassemble(cubin: Path) -> str:
     """cuobjdump -sass of the cubin (the pip wheels' binaries first, then PATH)."""
     folder = binutils_dir()
