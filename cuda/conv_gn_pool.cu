@@ -14,27 +14,30 @@ namespace scratchops {
 
 namespace conv_gn_pool {
 
-// Whether v3's kernel covers the call: the wgmma engine, fp32-accurate products of float
-// operands (3xTF32 alone: the reductions it covers, at most 96 long, are below the TF32 rule's
-// kTf32MinReduction anyway), Cin <= 8 and the halo tile within its shared memory.
+// Whether v3's kernel covers the call: the wgmma engine, products as exact as fp32's (3xTF32
+// for float, where the reductions it covers, at most 96 long, are below the TF32 rule's
+// kTf32MinReduction anyway; any product of the half types), Cin <= 8 and the halo tile within
+// its shared memory.
 template <class T>
 bool v3_covers(TensorCorePath engine, bool single_product, const Conv2dGeometry& g,
                const tc::PackedB& layout, const V3Shape& shape) {
-    return std::is_same_v<T, float> && engine == TensorCorePath::kWgmma && !single_product &&
+    return (is_half_type<T>() || !single_product) && engine == TensorCorePath::kWgmma &&
            g.channels <= 8 && layout.num_kb <= kV3MaxKBlocks &&
            shape.halo_h * shape.raw_pitch <= kHaloPixels;
 }
 
-// v3's launch: a persistent grid, whose CTAs' warpgroups take a tile each.
-inline cudaError_t launch_v3(const float* x, const uint8_t* packed, const tc::PackedB& layout,
-                             const Params<>& params, const ConvGeometryFast& f,
-                             const BandPixels& wide_bands, const V3Shape& shape, int batch,
-                             cudaStream_t stream) {
+// v3's launch: a persistent grid, whose CTAs' warpgroups take a tile each. (weight: the half
+// types' weights, which it re-lays itself; float reads the packed ones.)
+template <class T>
+cudaError_t launch_v3(const T* x, const T* weight, const uint8_t* packed,
+                      const tc::PackedB& layout, const Params<T>& params,
+                      const ConvGeometryFast& f, const BandPixels& wide_bands,
+                      const V3Shape& shape, int batch, cudaStream_t stream) {
     const int smem = v3_smem_bytes(layout.num_kb);
     // The limit, once per device: the most any launch asks (common.cuh).
     static std::atomic<unsigned long long> smem_set_on;
     const cudaError_t err = once_per_device(smem_set_on, [] {
-        return cudaFuncSetAttribute(conv_gn_pool_v3_kernel,
+        return cudaFuncSetAttribute(conv_gn_pool_v3_kernel<T>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     v3_smem_bytes(kV3MaxKBlocks));
     });
@@ -42,8 +45,8 @@ inline cudaError_t launch_v3(const float* x, const uint8_t* packed, const tc::Pa
     const long long tiles = static_cast<long long>(batch) * wide_bands.tiles_per_image;
     const long long groups_of_tiles = (tiles + kV3Warpgroups - 1) / kV3Warpgroups;
     const int ctas = static_cast<int>(groups_of_tiles < sm_count() ? groups_of_tiles : sm_count());
-    conv_gn_pool_v3_kernel<<<ctas, kV3Threads, smem, stream>>>(x, packed, layout, params, f,
-                                                               wide_bands, shape);
+    conv_gn_pool_v3_kernel<T><<<ctas, kV3Threads, smem, stream>>>(x, weight, packed, layout,
+                                                                  params, f, wide_bands, shape);
     return cudaGetLastError();
 }
 
@@ -102,8 +105,7 @@ cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const 
                                       stream);
         finalize_bands = wide_bands;
     } else if (version == 3 && v3_covers<T>(engine, single_product, g, layout, shape)) {
-        if constexpr (std::is_same_v<T, float>)
-            err = launch_v3(x, p, layout, params, f, wide_bands, shape, batch, stream);
+        err = launch_v3(x, weight, p, layout, params, f, wide_bands, shape, batch, stream);
         finalize_bands = wide_bands;
     } else {
         // Op: the operand type multiplied (float: TF32; T: natively, tensor_cores_native16),

@@ -95,7 +95,7 @@ __device__ __forceinline__ Float* stats_at(Float* tile_stats, const BandPixels& 
                2;
 }
 
-// The per-channel parameters, of the operator's element type T (v3: float alone).
+// The per-channel parameters, of the operator's element type T.
 template <class T = float>
 struct Params {
     const T* conv_bias;  // (Cout) or nullptr

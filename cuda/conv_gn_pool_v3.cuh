@@ -35,6 +35,11 @@ namespace conv_gn_pool {
 //            16 values of a window take no operation before their max and moments.
 // Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
 // a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v2 otherwise.
+// Element types: the input, weights and parameters of type T. fp16 and bf16 values are TF32
+// values, so the same 3xTF32 products are exact products summed in fp32 (their small parts
+// are 0); the weights are re-laid from the weight tensor itself (relay_weights_of), the halo
+// copied as T and widened as it is split, and the staged tile rounded as torch's conv2d
+// rounds it in T (stage_tile); the finalize rounds the rest (conv_gn_pool_finalize.cuh).
 // (3) A tile's products, one k-step a tap: the thread's A registers are channels quad_col
 // and quad_col + 4 of tap j at its two rows' pixels (halo byte offsets row_at), then 3
 // wgmmas. In a tile of finite values (all but those with an Inf or NaN input) and finite
@@ -112,10 +117,11 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
 // Each warpgroup takes tiles first, first + step, ...: per tile (1) split the landed halo,
 // (2) start the next tile's copies, (3) the products, (4) the tile staged, (5) and (6) the
 // extremes and statistics (the steps' comments say what each synchronises).
+template <class T>
 __global__ void __launch_bounds__(kV3Threads, 1)
-    conv_gn_pool_v3_kernel(const float* __restrict__ x, const uint8_t* __restrict__ packed,
-                           tc::PackedB layout, Params<> p, ConvGeometryFast f, BandPixels bands,
-                           V3Shape shape) {
+    conv_gn_pool_v3_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                           const uint8_t* __restrict__ packed, tc::PackedB layout, Params<T> p,
+                           ConvGeometryFast f, BandPixels bands, V3Shape shape) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int kAcc = kBN / 2;
     const Conv2dGeometry& g = f.g;
@@ -130,11 +136,24 @@ __global__ void __launch_bounds__(kV3Threads, 1)
     const V3Thread t(threadIdx.x);
     WarpgroupSmem& my = wg_smem[t.warpgroup];
 
-    relay_weights(weights, packed, layout, p, f.cout, t.tid);
-    if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
-    // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
-    // also publishes the weights and the plan.
-    const bool b_cross_tile = tc::b_has_nonfinite(packed, layout);
+    // sign * conv bias per channel, for the half types' staged values (stage_tile).
+    __shared__ float signed_bias[kBN];
+    bool b_cross_tile;
+    if constexpr (is_half_type<T>()) {
+        if (t.tid < kBN)
+            signed_bias[t.tid] = extreme_sign(p, f.cout, t.tid) *
+                                 value_or(p.conv_bias, t.tid, t.tid < f.cout, 0.0f);
+        const bool nonfinite = relay_weights_of(weights, weight, layout, p, g, f.cout, t.tid);
+        if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
+        // (This barrier also publishes the weights, the plan and signed_bias.)
+        b_cross_tile = __syncthreads_or(nonfinite) != 0;
+    } else {
+        relay_weights(weights, packed, layout, p, f.cout, t.tid);
+        if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
+        // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
+        // also publishes the weights and the plan.
+        b_cross_tile = tc::b_has_nonfinite(packed, layout);
+    }
 
     // This thread's two tile rows (h = 0, 1): band row `warp`, column quad_row + 8h; their
     // halo byte offsets for tap 0 (tap (r, s) adds r * dil_h * halo_w + s * dil_w pixels).
@@ -151,7 +170,7 @@ __global__ void __launch_bounds__(kV3Threads, 1)
     const int first = kV3Warpgroups * static_cast<int>(blockIdx.x) + t.warpgroup;
     const int step = kV3Warpgroups * static_cast<int>(gridDim.x);
     auto fetch = [&](int tile) {
-        fetch_halo(tile, x, my.raw, halo_plan, wide_plan, shape, g, bands, t.wtid);
+        fetch_halo(tile, x, my.raw_of<T>(), halo_plan, wide_plan, shape, g, bands, t.wtid);
     };
     if (first < total_tiles) fetch(first);
     cp_async_wait_all();  // (the later tiles' copies are waited for before (4)'s barrier)
@@ -160,7 +179,7 @@ __global__ void __launch_bounds__(kV3Threads, 1)
     for (int tile = first; tile < total_tiles; tile += step) {
         // (1) This tile's halo into shared memory, split. The previous tile's reads of the
         // halo ended before its epilogue's barriers, and its copies of raw too (see (4)).
-        const bool finite = split_halo(my, halo_plan, raw_channel, t.wtid);
+        const bool finite = split_halo<T>(my, halo_plan, raw_channel, t.wtid);
         const bool finite_tile = warpgroup_sync_and(t.warpgroup, finite);
         // (2) The next tile's halo, in flight during this tile's work.
         if (tile + step < total_tiles) fetch(tile + step);
@@ -171,7 +190,7 @@ __global__ void __launch_bounds__(kV3Threads, 1)
         else
             tile_products<false>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
         // (4)
-        stage_tile(my, acc_big, acc_cross, t);
+        stage_tile<T>(my, acc_big, acc_cross, t, signed_bias);
         // The next tile's copies of (2) have landed, and after this barrier every thread may
         // read every thread's (the 16-byte copies are not split by the thread that made them).
         cp_async_wait_all();

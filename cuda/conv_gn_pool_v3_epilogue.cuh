@@ -25,33 +25,41 @@ struct V3TilePlace {
 // 8 (4 j + w) + l % 8, window l / 8, so the 8 lanes of a 16-byte load phase read 8 channels'
 // rows (pitch 68 floats: banks 4 c apart, no conflict), and the windows of a channel are
 // lanes xor 8, 16, its neighbour channels lanes xor 1, 2, 4. Each pair's conv bias and
-// extreme sign are read once per CTA.
+// extreme sign are read once per CTA. (The half types' staged values hold the bias already,
+// rounded as torch rounds it: stage_tile; their pairs add none.)
 struct V3WindowPairs {
     static constexpr int kPerThread = kWideTilePairs / kWarpgroupThreads;
     float bias[kPerThread], sign[kPerThread];
     int window, warp, lane;
     __device__ int channel(int j) const { return 8 * (4 * j + warp) + lane % 8; }
-    __device__ V3WindowPairs(const V3Thread& t, const Params<>& p, int cout)
+    template <class T>
+    __device__ V3WindowPairs(const V3Thread& t, const Params<T>& p, int cout)
         : window(t.lane / 8), warp(t.warp), lane(t.lane) {
 #pragma unroll
         for (int j = 0; j < kPerThread; ++j) {
             const int co = channel(j);
-            bias[j] = p.conv_bias != nullptr && co < cout ? p.conv_bias[co] : 0.0f;
+            bias[j] = is_half_type<T>() ? 0.0f : value_or(p.conv_bias, co, co < cout, 0.0f);
             sign[j] = extreme_sign(p, cout, co);
         }
     }
 };
 
 // (4) The tile into shared memory as [channel][pixel]: element 4 nb + 2h + j of the
-// accumulators is (pixel 16 warp + quad_row + 8h, channel 8 nb + 2 quad_col + j).
-template <int kAcc>
+// accumulators is (pixel 16 warp + quad_row + 8h, channel 8 nb + 2 quad_col + j). The half
+// types' values are what torch's conv2d gives in T, sign * rounded(rounded(conv) + bias)
+// (element.cuh's plus_bias; rounding to nearest commutes with the sign): from the sign *
+// conv of the accumulators and signed_bias[co] = sign * bias (shared, per CTA).
+template <class T, int kAcc>
 __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_big)[kAcc],
-                                           const float (&acc_cross)[kAcc], const V3Thread& t) {
+                                           const float (&acc_cross)[kAcc], const V3Thread& t,
+                                           const float* signed_bias) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
         const int co = 8 * (i / 4) + 2 * t.quad_col + i % 2;
         const int pixel = 16 * t.warp + t.quad_row + 8 * ((i / 2) % 2);
-        my.staged[co * kTilePitch + pixel] = acc_big[i] + acc_cross[i];
+        const float product = acc_big[i] + acc_cross[i];
+        my.staged[co * kTilePitch + pixel] =
+            is_half_type<T>() ? rounded<T>(plus_bias<T>(product, signed_bias[co])) : product;
     }
 }
 
@@ -66,9 +74,9 @@ __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_
 // moments in my.ch_* for merge_channels_in_order.
 // (Moments went per window once, and Chan merges joined the 4 windows: more instructions
 // for no accuracy gain, the centring being exact either way.)
-template <bool kWhole>
+template <bool kWhole, class T>
 __device__ __forceinline__ void window_pairs(WarpgroupSmem& my, const V3WindowPairs& pairs,
-                                             const V3TilePlace& at, const Params<>& p, int cout,
+                                             const V3TilePlace& at, const Params<T>& p, int cout,
                                              float* tile_group_stats, int tiles_per_image,
                                              int group_shift) {
     const int w = pairs.window;

@@ -45,7 +45,11 @@ struct WarpgroupSmem {
     uint8_t halo[3 * kHaloArrayBytes];  // big, small, cross
     float staged[kBN * kTilePitch];     // the tile as [channel][pixel]
     float ch_count[kBN], ch_mean[kBN], ch_m2[kBN];
-    float raw[8 * kHaloPixels];         // the next tile's halo, unsplit: [channel][hr][raw_pitch]
+    // The next tile's halo, unsplit: [channel][hr][raw_pitch] values of the input's type T
+    // (the half types use the first half of it).
+    float raw[8 * kHaloPixels];
+    template <class T>
+    __device__ T* raw_of() { return reinterpret_cast<T*>(raw); }
 };
 static_assert(sizeof(WarpgroupSmem) % 16 == 0, "16-byte aligned arrays");
 
@@ -95,8 +99,9 @@ struct V3Thread {
 // The packed weights once, re-laid: the packing puts k = 32 kb + physical_k(L) at logical
 // column L of k-block kb (tf32x3.cuh); here logical column L holds k = 32 kb + L, so that
 // k-step j is tap j (k = 8 tap + channel). Same k-block, same 128-byte swizzle.
+template <class T>
 __device__ __forceinline__ void relay_weights(uint8_t* weights, const uint8_t* packed,
-                                              const tc::PackedB& layout, const Params<>& p,
+                                              const tc::PackedB& layout, const Params<T>& p,
                                               int cout, int tid) {
     const int values = layout.num_kb * 3 * kBN * tc::kBlockK;  // [kb][part][row n][column L]
     // Unrolled so that a thread's global loads are in flight together (run once per CTA,
@@ -115,6 +120,39 @@ __device__ __forceinline__ void relay_weights(uint8_t* weights, const uint8_t* p
             *reinterpret_cast<const uint32_t*>(from + tc::packed_offset(n, column)) ^ sign_bit;
     }
     fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
+}
+
+// The same layout written from the (Cout, Cin, kh, kw) weights of a half type: the half types
+// are multiplied natively elsewhere, so their packed weights are not in the TF32 layout. Every
+// fp16 / bf16 value is a TF32 value: big = the value (negated as above), small = 0, cross =
+// big where finite, 0 where not (tf32x3.cuh). Logical column L of k-block kb holds
+// k = 32 kb + L = 8 tap + channel. Returns whether this thread met a non-finite weight.
+template <class T>
+__device__ __forceinline__ bool relay_weights_of(uint8_t* weights, const T* w,
+                                                 const tc::PackedB& layout, const Params<T>& p,
+                                                 const Conv2dGeometry& g, int cout, int tid) {
+    bool nonfinite = false;
+    const int taps = g.kernel_h * g.kernel_w;
+    const int values = layout.num_kb * kBN * tc::kBlockK;  // [kb][row n][column L]
+#pragma unroll 4
+    for (int i = tid; i < values; i += kV3Threads) {
+        const int column = i % tc::kBlockK, n = (i / tc::kBlockK) % kBN;
+        const int kb = i / (tc::kBlockK * kBN);
+        const int k = tc::kBlockK * kb + column, tap = k / 8, c = k % 8;
+        const float value =
+            n < cout && c < g.channels && tap < taps
+                ? extreme_sign(p, cout, n) * to_float(w[(n * g.channels + c) * taps + tap])
+                : 0.0f;
+        const bool finite = fabsf(value) <= __uint_as_float(0x7f7fffffu);
+        nonfinite = nonfinite || !finite;
+        uint8_t* tile = weights + 3 * kb * V3WeightStage::kTileBytes + tc::packed_offset(n, column);
+        *reinterpret_cast<uint32_t*>(tile) = __float_as_uint(value);
+        *reinterpret_cast<uint32_t*>(tile + V3WeightStage::kTileBytes) = 0u;
+        *reinterpret_cast<uint32_t*>(tile + 2 * V3WeightStage::kTileBytes) =
+            finite ? __float_as_uint(value) : 0u;
+    }
+    fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
+    return nonfinite;
 }
 
 // Halo item i = wtid + 128 it = 4 pixel + q, pixel = hr * halo_w + hc: channels q and q + 4
@@ -155,8 +193,12 @@ __device__ __forceinline__ void write_halo_plan(int4* halo_plan, int4* wide_plan
     }
 }
 
-// Starts the copies of `tile`'s input halo into raw (cp.async, committed as one group).
-__device__ __forceinline__ void fetch_halo(int tile, const float* x, float* raw,
+// Starts the copies of `tile`'s input halo into raw (cp.async, committed as one group): wide,
+// 4 values of T (16 or 8 bytes); otherwise a value at a time, by cp.async for float and by a
+// plain load and store for the half types (cp.async copies 4 bytes at least), which the
+// thread that later splits the value makes itself, so no barrier orders it.
+template <class T>
+__device__ __forceinline__ void fetch_halo(int tile, const T* x, T* raw,
                                            const int4* halo_plan, const int4* wide_plan,
                                            const V3Shape& shape, const Conv2dGeometry& g,
                                            const BandPixels& bands, int wtid) {
@@ -166,7 +208,7 @@ __device__ __forceinline__ void fetch_halo(int tile, const float* x, float* raw,
     const int raw_channel = shape.halo_h * shape.raw_pitch;
     const int ih0 = kPool * band * g.stride_h - g.pad_h;
     const int iw0 = kWideBandCols * col_block * g.stride_w - g.pad_w;
-    const float* origin = x + static_cast<long long>(n) * g.channels * plane;
+    const T* origin = x + static_cast<long long>(n) * g.channels * plane;
     const int origin_offset = ih0 * g.width + iw0;  // may be negative (padding)
     // The input is read by this tile and its neighbours (in the same round of tiles), then
     // never again: evict-first in L2, so that the window extremes, which the finalize reads
@@ -184,8 +226,10 @@ __device__ __forceinline__ void fetch_halo(int tile, const float* x, float* raw,
             const int4 plan = wide_plan[wtid + kWarpgroupThreads * it];
             if (plan.y < 0) continue;
             const bool valid = plan.x >= 0 && inside(plan.w);
-            cp_async_or_zero<16>(&raw[plan.y], valid ? origin + (origin_offset + plan.x) : origin,
-                                 valid, input_policy);
+            cp_async_or_zero<4 * sizeof(T)>(
+                &raw[plan.y],
+                reinterpret_cast<const float*>(valid ? origin + (origin_offset + plan.x) : origin),
+                valid, input_policy);
         }
     } else {
         const int q = wtid % 4;  // (the same for each of the thread's items)
@@ -195,30 +239,40 @@ __device__ __forceinline__ void fetch_halo(int tile, const float* x, float* raw,
             if (plan.x < 0) continue;  // past the halo
             const bool in = inside(plan.w);
             const bool has_q = in && q < g.channels, has_q4 = in && q + 4 < g.channels;
-            cp_async_or_zero<4>(&raw[plan.y],
-                                has_q ? origin + (origin_offset + q * plane + plan.x) : origin,
-                                has_q, input_policy);
-            cp_async_or_zero<4>(
-                &raw[plan.y + 4 * raw_channel],
-                has_q4 ? origin + (origin_offset + (q + 4) * plane + plan.x) : origin, has_q4,
-                input_policy);
+            if constexpr (is_half_type<T>()) {
+                const T zero = from_float<T>(0.0f);
+                raw[plan.y] = has_q ? origin[origin_offset + q * plane + plan.x] : zero;
+                raw[plan.y + 4 * raw_channel] =
+                    has_q4 ? origin[origin_offset + (q + 4) * plane + plan.x] : zero;
+            } else {
+                cp_async_or_zero<4>(&raw[plan.y],
+                                    has_q ? origin + (origin_offset + q * plane + plan.x) : origin,
+                                    has_q, input_policy);
+                cp_async_or_zero<4>(
+                    &raw[plan.y + 4 * raw_channel],
+                    has_q4 ? origin + (origin_offset + (q + 4) * plane + plan.x) : origin, has_q4,
+                    input_policy);
+            }
         }
     }
     cp_async_commit();
 }
 
-// The landed halo (raw) split into TF32 big / small / cross, channel-last; returns whether
-// every value this thread split is finite (its cross part is then its big part).
+// The landed halo (raw, of type T) split into TF32 big / small / cross, channel-last (a half
+// value is a TF32 value: its small part is 0); returns whether every value this thread split
+// is finite (its cross part is then its big part).
+template <class T>
 __device__ __forceinline__ bool split_halo(WarpgroupSmem& my, const int4* halo_plan,
                                            int raw_channel, int wtid) {
+    const T* raw = my.raw_of<T>();
     bool finite = true;
 #pragma unroll
     for (int it = 0; it < kHaloIters; ++it) {
         const int at = halo_plan[wtid + kWarpgroupThreads * it].z;
         if (at >= 0) {
             const int from = halo_plan[wtid + kWarpgroupThreads * it].y;
-            const Tf32Split lo = split_tf32_truncated(my.raw[from]);
-            const Tf32Split hi = split_tf32_truncated(my.raw[from + 4 * raw_channel]);
+            const Tf32Split lo = split_tf32_truncated(to_float(raw[from]));
+            const Tf32Split hi = split_tf32_truncated(to_float(raw[from + 4 * raw_channel]));
             finite = finite && lo.cross == lo.big && hi.cross == hi.big;
             *reinterpret_cast<uint2*>(my.halo + at) = make_uint2(lo.big, hi.big);
             *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =

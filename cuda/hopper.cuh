@@ -167,10 +167,13 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 template <int kBytes>
 __device__ __forceinline__ void cp_async_or_zero(void* dst, const float* src, bool valid,
                                                  uint64_t l2_policy) {
-    static_assert(kBytes == 4 || kBytes == 16, "4- or 16-byte copies");
+    static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "4-, 8- or 16-byte copies");
     const uint32_t to = smem_address(dst), size = valid ? kBytes : 0;
     if constexpr (kBytes == 16)
         asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;"
+                     ::"r"(to), "l"(src), "r"(size), "l"(l2_policy) : "memory");
+    else if constexpr (kBytes == 8)
+        asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2, %3;"
                      ::"r"(to), "l"(src), "r"(size), "l"(l2_policy) : "memory");
     else
         asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, %2, %3;"

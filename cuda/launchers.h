@@ -213,9 +213,9 @@ long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2d
 // version: 1 = a direct convolution on the CUDA cores (any GPU; reads `weight`, the
 // (Cout, Cin, kh, kw) tensor), 2 = the implicit GEMM on `engine` with statistics and extremes
 // in its epilogue, 3 = a kernel of its own where it covers the call (the wgmma engine,
-// Cin <= 8, at most 12 taps, !tf32), version 2 elsewhere (see conv_gn_pool.cuh); 2 and 3 read
-// the packed weights (`packed`). tf32 and engine: the convolution's, as
-// conv2d_implicit_launch's.
+// Cin <= 8, at most 12 taps; float with !tf32, or a half type), version 2 elsewhere (see
+// conv_gn_pool.cuh); 2 and float's 3 read the packed weights (`packed`), the half types' 3
+// `weight`. tf32 and engine: the convolution's, as conv2d_implicit_launch's.
 constexpr int kConvGnPoolVersions = 3;
 constexpr int kConvGnPoolCudaCoreVersion = 1;
 template <class T>

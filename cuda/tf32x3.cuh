@@ -169,6 +169,19 @@ __device__ __forceinline__ void kstep_wgmmas(float (&acc)[MB][BN / 2], uint32_t 
     wgmma_commit();
 }
 
+// The end of a k-block in the 16-bit mode: its last wgmma waited for, its A registers pinned
+// to this side of the wait. Otherwise that wgmma is still running when the loop comes round,
+// and ptxas moves the next k-block's copies of loaded pairs into its A registers above the
+// wait that retires it (seen in the SASS: a MOV into an in-flight HGMMA's register at the
+// loop's head, with no warning; the results had NaNs in a few rows of one run in ten).
+// tests/test_sass.py checks every wgmma kernel's SASS for such writes.
+template <int MB>
+__device__ __forceinline__ void drain_kblock(uint32_t (&last)[MB][4]) {
+    wgmma_wait<0>();
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb) pin_registers(last[mb]);
+}
+
 // Where a consumer thread's A loads go next: the k-blocks of its tiles first, first + step,
 // first + 2 step, ... in turn (iterations 0, 1, 2, ...; here a CTA's: blockIdx.x, +
 // gridDim.x), each tile's rows looked up when its first k-block comes; past the last
@@ -292,6 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 pin_a<kTf32>(a_big[buf ^ 1][mb], a_small[buf ^ 1][mb], a_cross[buf ^ 1][mb]);
         }
         point_next();  // integer work while the last wgmmas run
+        if constexpr (Operand<Op>::kNative16) drain_kblock(a_big[1]);
     };
 
     // Per tile, its k-blocks in groups of `group`: within a group the wgmmas run on from one

@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(kWarpgroupThreads* kWarpgroups, 1)
                 pin_registers(frag[buf ^ 1][0]);
             }
             point_next();  // integer work while the last wgmma runs
+            tf32x3::drain_kblock(frag[1]);  // (see there: the loop's head must not see it run)
         }
         wgmma_wait<0>();
         pin_registers(acc[0]);

@@ -72,7 +72,7 @@ def tensor_core_kernels(engine):
 
 def native_half_kernels():
     """The native bf16 products on the wgmma engine: the resident-B kernel (one column tile of
-    weights), the ring (Cout 130: two tiles), P31 in one kernel and P85's one pass v2, each
+    weights), the ring (Cout 130: two tiles), P31 in one kernel, P85's one pass v2 and v3, each
     against torch in bf16 (at two bf16 steps relative, as tests/test_half.py compares bf16: one
     step of another summation order's rounding can become two after the fused tail); Cin 24
     leaves a part block of 8 channels."""
@@ -88,11 +88,12 @@ def native_half_kernels():
           (torch.min(F.conv2d(x, w, bias), half_limit) + b2[:, None, None]) * 2.0, tol=tol)
     x, w, bias, g, b, s = half(2, 5, 14, 13), half(12, 5, 3, 3), half(12), half(12), half(12), \
         half(12)
-    check("bf16 conv2d_group_norm_pool_clamp v2",
-          scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5,
-                                                  version=2),
-          torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
-                                   s[:, None, None], 4), -0.5, 0.5), tol=tol)
+    for version in (2, 3):  # v2 on the native products, v3 its own kernel in bf16
+        check(f"bf16 conv2d_group_norm_pool_clamp v{version}",
+              scratchops.conv2d_group_norm_pool_clamp(x, w, bias, 3, g, b, s, 1e-5, -0.5, 0.5,
+                                                      version=version),
+              torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, bias), 3, g, b) *
+                                       s[:, None, None], 4), -0.5, 0.5), tol=tol)
 
 
 def check_grads(label, ours, ref, *inputs):

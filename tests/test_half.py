@@ -197,7 +197,8 @@ def test_conv2d_min_add_mul_half(dtype, engine, x_shape, cout):
 @pytest.mark.parametrize("version", sorted(scratchops.CONV_GN_POOL_VERSIONS))
 @pytest.mark.parametrize("x_shape,cout,groups,mean", [((2, 3, 11, 10), 8, 4, 0.0),
                                                       ((2, 8, 21, 18), 64, 16, 0.0),
-                                                      ((1, 8, 14, 23), 64, 16, 4.0)])
+                                                      ((1, 8, 14, 23), 64, 16, 4.0),
+                                                      ((2, 8, 16, 20), 64, 16, 0.0)])
 def test_conv2d_group_norm_pool_clamp_half(dtype, engine, version, x_shape, cout, groups, mean):
     (x, w, cb, gw, gb, s), (x64, w64, cb64, gw64, gb64, s64) = half_inputs(
         dtype, x_shape, (cout, x_shape[1], 3, 3), (cout,), (cout,), (cout,), (cout, 1, 1))
@@ -214,6 +215,28 @@ def test_conv2d_group_norm_pool_clamp_half(dtype, engine, version, x_shape, cout
         out = scratchops.conv2d_group_norm_pool_clamp(x, w, cb, groups, gw, gb, s, 1e-5, -0.5,
                                                       0.5, version=version)
     assert_half_matches(out, ref, ref64)
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", HALF, ids=ids.get)
+@pytest.mark.parametrize("version", sorted(scratchops.CONV_GN_POOL_VERSIONS))
+@pytest.mark.parametrize("width", [20, 19])  # v3's halo copied 4 values at a time, or one
+def test_conv2d_group_norm_pool_clamp_half_nan_and_inf(dtype, version, width):
+    """A NaN input and an infinite weight poison in P85's one pass what they poison in torch's
+    chain in the same dtype (the NaN its sample's groups of channel 2's group, the Inf its
+    channel's group in every sample), and the rest stays allclose."""
+    (x, w, cb, gw, gb, s), _ = half_inputs(dtype, (2, 8, 16, width), (64, 8, 3, 3), (64,),
+                                           (64,), (64,), (64, 1, 1))
+    x[0, 2, 5, 5] = float("nan")
+    w[13, 1, 1, 1] = float("inf")
+    ref = torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, cb), 16, gw, gb) * s, 4),
+                      -0.5, 0.5)
+    poison_next(*ref.shape, dtype=dtype)
+    out = scratchops.conv2d_group_norm_pool_clamp(x, w, cb, 16, gw, gb, s, 1e-5, -0.5, 0.5,
+                                                  version=version)
+    assert torch.equal(out.isnan(), ref.isnan()) and ref.isnan().any()
+    torch.testing.assert_close(out.float(), ref.float(), atol=HALF_TOL, rtol=2 * HALF_TOL,
+                               equal_nan=True)
 
 
 # ------------------------------------------------------------------------- the two models

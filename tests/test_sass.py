@@ -4,7 +4,7 @@ each GEMM version's arithmetic where the progression puts it."""
 import pytest
 
 from scratchops._build import cuda_dir
-from scratchops.tools import cli, sass
+from scratchops.tools import cli, sass, sass_hazards
 
 pytestmark = pytest.mark.skipif(sass.why_unavailable() is not None,
                                 reason=f"cannot read SASS here: {sass.why_unavailable()}")
@@ -26,6 +26,31 @@ def test_the_implicit_gemm_convolutions_keep_their_wgmma_pipelines():
     """Every kernel of conv_implicit.cu (the ring engine's modes and the resident-B kernel)
     issues each wgmma while the one before runs: ptxas serialises none of them."""
     assert sass.serialised_wgmma(cuda_dir() / "conv_implicit.cu") == []
+
+
+@pytest.mark.parametrize("name", ["conv_implicit.cu", "conv_gn_pool.cu", "gemm.cu",
+                                  "conv_backward.cu"])
+def test_no_instruction_writes_into_a_running_wgmma(name):
+    assert sass_hazards.wgmma_register_hazards(cuda_dir() / name) == {}
+
+
+def test_the_hazard_reader_finds_a_write_at_a_loops_head():
+    """The pattern ptxas produced once: the loop's last wgmma still running when a copy at
+    the loop's head writes its A registers; a full wait before the back edge removes it."""
+    def kernel(wait_before_back_edge):
+        return "\n".join([
+            "        Function : k",
+            "        /*0000*/                   MOV R88, R93 ;",
+            "        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, R88, gdesc[UR8], R24, gsb0 ;",
+            "        /*0020*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;",
+            f"        /*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x{0 if wait_before_back_edge else 1} ;",
+            "        /*0040*/               @!P4 BRA 0x0 ;",
+            "        /*0050*/                   EXIT ;"])
+
+    for wait, expected in [(False, 1), (True, 0)]:
+        (instructions,) = sass_hazards._kernels(kernel(wait)).values()
+        found = sass_hazards.hazards(instructions)
+        assert len(found) == expected and all("MOV R88" in f for f in found), found
 
 
 def test_the_command_prints_one_row_per_kernel(capsys):
