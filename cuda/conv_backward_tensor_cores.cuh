@@ -91,7 +91,8 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     void* packed = workspace + f.flipped;
-    err = conv2d_implicit_pack<T>(flipped, g.channels, flipped_g, engine, packed, stream);
+    err = conv2d_implicit_pack<T>(flipped, g.channels, flipped_g, engine, /*staged=*/false,
+                                  packed, stream);
     if (err != cudaSuccess) return err;
     return conv2d_implicit_launch<T>(dy, packed, nullptr, dx, batch, g.channels, flipped_g,
                                      ConvTail<T>{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f},

@@ -24,12 +24,19 @@
 //      P31's 147 KB in bf16) the weights stay resident in each CTA, and three consumer
 //      warpgroups walk their own 64-row tiles out of step, one's epilogue under another's
 //      wgmmas (wgmma_resident_b.cuh); elsewhere v2's ring.
+//   v4 A staged in shared memory by the copy engine (conv_implicit_staged_a.cuh): x is first
+//      made channels-last (one pass; in TF32 rounded to nearest on the way), so that a
+//      k-block of A (kTileRows pixels of an output row at one tap) is one box of it, and both
+//      wgmma operands are read from shared memory; no thread loads A at all. The single-
+//      product modes (TF32, fp16, bf16) with stride 1 where the caller gives the workspace
+//      (conv2d_implicit_stages_a); B's k-blocks are whole taps, in the natural k order.
 // Element types: float, fp16 and bf16 input, weights and output (element.cuh); a half input
 // on the mma.sync engine runs the one-product TF32 mode, exact on half operands
 // (tensor_cores_single_product, launchers.h).
 #include <type_traits>
 
 #include "conv_implicit.cuh"
+#include "conv_implicit_staged_a.cuh"
 #include "tensor_core_launch.cuh"
 #include "wgmma_resident_b.cuh"
 
@@ -58,7 +65,8 @@ struct ConvStore {
             for (int h = 0; h < 2; ++h) {
                 const int m = row + 8 * h;
                 const int n = f.by_pixels.div(m), p = m - n * pixels;
-                out[h] = m < f.batch * pixels ? y + n * f.cout * pixels + p : nullptr;
+                const bool exists = m < f.batch * pixels && m - tc.m0 < tc.rows;
+                out[h] = exists ? y + n * f.cout * pixels + p : nullptr;
             }
             // Columns in groups of up to 4 blocks of 8: a group's parameters are loaded
             // together, then used for both rows.
@@ -80,17 +88,90 @@ struct ConvStore {
 #pragma unroll
                     for (int i = 0; i < 2 * kGroup; ++i) {
                         const int co = tc.n0 + 8 * (nb0 + i / 2) + 2 * t + i % 2;
-                        float v = plus_bias<T>(acc[mb][4 * (nb0 + i / 2) + 2 * h + i % 2],
-                                               add[i]);
-                        // (The tail rounds as torch's min and add do in T: element.cuh.)
-                        if (tail.kind == ConvTail<T>::kMinAddMul)
-                            v = rounded<T>(nan_min(rounded<T>(v), rounded<T>(tail.constant)) +
-                                           add2[i]) *
-                                tail.factor;
+                        const float v =
+                            finish(acc[mb][4 * (nb0 + i / 2) + 2 * h + i % 2], add[i], add2[i]);
                         if (co < f.cout) out[h][co * pixels] = from_float<T>(v);
                     }
                 }
             }
+        }
+    }
+
+    // An output value from its accumulator, the bias (add) and the tail's bias (add2).
+    __device__ __forceinline__ float finish(float acc, float add, float add2) const {
+        float v = plus_bias<T>(acc, add);
+        // (The tail rounds as torch's min and add do in T: element.cuh.)
+        if (tail.kind == ConvTail<T>::kMinAddMul)
+            v = rounded<T>(nan_min(rounded<T>(v), rounded<T>(tail.constant)) + add2) *
+                tail.factor;
+        return v;
+    }
+
+    // v4's store (conv_implicit_staged_a.cuh), for a tile that is tc.rows pixels of one output
+    // row of image tc.batch from pixel tc.m0 (linear): kChannels output channels at a time
+    // go through `stage` (shared memory, kChannels rows of kStride values of T), written
+    // there by each thread from its accumulators and read back by whole channel rows, so that
+    // a warp stores consecutive pixels of one channel (64 or 128 bytes an instruction, two
+    // values a thread where the row starts at an even element) instead of 16 or 32 bytes of
+    // each of four channels. `barrier`: a named barrier of the warpgroup's 128 threads.
+    // Output channel co's bias and tail bias (add, add2 of finish), 0 past the last channel.
+    __device__ __forceinline__ void channel_params(int co, float& add, float& add2) const {
+        add = bias != nullptr && co < f.cout ? to_float(bias[co]) : 0.0f;
+        add2 = tail.kind == ConvTail<T>::kMinAddMul && co < f.cout ? to_float(tail.bias[co]) : 0.0f;
+    }
+
+    // (params: the tile's columns' channel_params in shared memory, add[BN] then add2[BN],
+    // loaded while the tile's products ran: a global load here would wait behind the stores
+    // before it, chunk after chunk.)
+    template <int BN, int MB, int kChannels, int kStride>
+    __device__ void store_staged(const float (&acc)[MB][BN / 2], const TileCoords& tc, T* stage,
+                                 const float* params, int barrier) const {
+        const int t = tc.lane % 4;
+        const int pixels = f.g.out_h * f.g.out_w;
+        // Output channel co's pixels of the tile start at y + (n Cout + co) pixels + p0.
+        const long long p0 = tc.m0 - static_cast<long long>(tc.batch) * pixels;
+        T* tile_y = y + static_cast<long long>(tc.batch) * f.cout * pixels + p0;
+        const bool pairs = (tc.m0 % 2 == 0) && (pixels % 2 == 0);  // even start in every row
+        constexpr int kBlocks = kChannels / 8;  // column blocks of 8 a chunk
+        // (Unrolled: the accumulators are indexed by the chunk, and registers only by constants.)
+#pragma unroll
+        for (int chunk = 0; chunk < BN / kChannels; ++chunk) {
+#pragma unroll
+            for (int b = 0; b < kBlocks; ++b) {
+                const int nb = chunk * kBlocks + b;
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int col = 8 * b + 2 * t + c, tile_col = 8 * nb + 2 * t + c;
+                    const float add = params[tile_col], add2 = params[BN + tile_col];
+#pragma unroll
+                    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                            stage[col * kStride + tc.template tile_row<MB>(mb, h)] =
+                                from_float<T>(finish(acc[mb][4 * nb + 2 * h + c], add, add2));
+                }
+            }
+            named_barrier_sync(barrier, kWarpgroupThreads);
+            // Warp w stores the chunk's channel rows w, w + 4, ...
+            for (int col = tc.warp; col < kChannels; col += 4) {
+                const int co = tc.n0 + chunk * kChannels + col;
+                if (co >= f.cout) break;
+                const T* from = stage + col * kStride;
+                T* to = tile_y + static_cast<long long>(co) * pixels;
+                if (pairs) {
+                    for (int p = 2 * tc.lane; p < tc.rows; p += 64) {
+                        if (p + 1 < tc.rows) {
+                            Pair<T> two{from[p], from[p + 1]};
+                            *reinterpret_cast<Pair<T>*>(to + p) = two;
+                        } else {
+                            to[p] = from[p];
+                        }
+                    }
+                } else {
+                    for (int p = tc.lane; p < tc.rows; p += 32) to[p] = from[p];
+                }
+            }
+            named_barrier_sync(barrier, kWarpgroupThreads);  // (the stage is rewritten next)
         }
     }
 };
@@ -118,13 +199,40 @@ constexpr int kGroup = 9, kGroupFrom = 18;
 // register limit of 384 threads, 168, holds the 160 the kernel needs).
 constexpr int kResidentWarpgroups = 3;
 
+// v4 (conv_implicit_staged_a.cuh): tiles of 128 pixels of an output row.
+constexpr int kStagedMB = 2;
+
 int tile_width(int out_channels) { return out_channels <= kNarrowBN ? kNarrowBN : kWideBN; }
+
+// v4's channel blocks a tap: Cin in k-blocks of Op (the channels past Cin read as zeros).
+template <class Op>
+int staged_cblocks(const Conv2dGeometry& g) {
+    constexpr int kBlock = tc::Operand<Op>::kBlockK;
+    return (g.channels + kBlock - 1) / kBlock;
+}
+// v4's packed weights: a k-block is channel block cb of one tap (k = tap * cblocks * kBlockK
+// + c), in the natural k order.
+template <class Op>
+tc::PackedB staged_layout(const Conv2dGeometry& g, int out_channels, int bn) {
+    const int k = g.kernel_h * g.kernel_w * staged_cblocks<Op>(g) * tc::Operand<Op>::kBlockK;
+    return tc::packed_b_layout<Op>(bn, out_channels, k, 1);
+}
+template <int BN, class Op, class T>
+cudaError_t pack_staged(const T* weight, int out_channels, const Conv2dGeometry& g,
+                        void* packed, cudaStream_t stream) {
+    const int cin_pad = staged_cblocks<Op>(g) * tc::Operand<Op>::kBlockK;
+    const conv_tc::ConvWeights<T> src{weight, out_channels, g.channels, cin_pad,
+                                      g.kernel_h, g.kernel_w};
+    return tc::pack_b<BN, Op, true>(src, static_cast<uint8_t*>(packed),
+                                    staged_layout<Op>(g, out_channels, BN), stream);
+}
 
 // Op: the operand type multiplied (float: TF32, one product or three; T: natively in 16 bits).
 template <int BN, int MB, int STAGES, bool kTf32, class Op, class T>
 cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batch,
                 int out_channels, const Conv2dGeometry& g, const ConvTail<T>& tail,
-                bool group_k_blocks, TensorCorePath engine, cudaStream_t stream) {
+                bool group_k_blocks, TensorCorePath engine, void* channels_last,
+                cudaStream_t stream) {
     const ConvGeometryFast f = conv_tc::fast_geometry<Op>(g, batch, out_channels);
     const ConvStore<T> store{y, bias, tail, f};
     const int m = batch * g.out_h * g.out_w;
@@ -142,6 +250,18 @@ cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batc
         return tensor_core_launch<BN, MB, STAGES, 1, kTf32, Op>(engine, loader, store, packed,
                                                                 layout, m, 1, true, stream);
     };
+    if (channels_last != nullptr) {  // v4: the single-product modes, multiplying T itself
+        if constexpr (kTf32 && std::is_same_v<Op, T>) {
+            const cudaError_t err = channels_last_launch<T>(
+                x, static_cast<T*>(channels_last), batch, g.channels, g.height * g.width,
+                std::is_same_v<T, float>, stream);
+            if (err != cudaSuccess) return err;
+            return staged_a::launch<BN, kStagedMB, Op>(
+                channels_last, g, batch, packed, staged_layout<Op>(g, out_channels, BN),
+                staged_cblocks<Op>(g), store, stream);
+        }
+        return cudaErrorInvalidValue;
+    }
     using Pixels = conv_tc::LinearPixels;
     return g.channels % tc::Operand<Op>::kThreadK == 0
                ? go(Im2colRows<true, Pixels, T, Op>{x, f})
@@ -150,15 +270,35 @@ cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batc
 
 }  // namespace
 
+template <class T>
+bool conv2d_implicit_stages_a(const Conv2dGeometry& g, bool tf32, TensorCorePath engine) {
+    constexpr int kBlock = std::is_same_v<T, float> ? tc::kBlockK : tc::Operand<T>::kBlockK;
+    return engine == TensorCorePath::kWgmma && tensor_cores_single_product<T>(tf32) &&
+           g.stride_h == 1 && g.stride_w == 1 && g.channels >= kBlock &&
+           (g.channels * sizeof(T)) % 16 == 0;  // the tensor map's strides
+}
+
+template <class T>
+long long conv2d_implicit_channels_last_bytes(int batch, const Conv2dGeometry& g) {
+    return static_cast<long long>(batch) * g.channels * g.height * g.width * sizeof(T);
+}
+
+// The largest of the layouts: the TF32 packing with K rounded to whole k-blocks of 32 a tap
+// (v4's) holds v1-v3's (K rounded to 8) and every 16-bit one (packed_b_layout).
 long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels) {
-    return conv_tc::weight_layout(g, out_channels, tile_width(out_channels)).bytes();
+    return staged_layout<float>(g, out_channels, tile_width(out_channels)).bytes();
 }
 
 template <class T>
 cudaError_t conv2d_implicit_pack(const T* weight, int out_channels, const Conv2dGeometry& g,
-                                 TensorCorePath engine, void* packed, cudaStream_t stream) {
+                                 TensorCorePath engine, bool staged, void* packed,
+                                 cudaStream_t stream) {
     auto go = [&](auto op) {
         using Op = decltype(op);
+        if (staged)
+            return tile_width(out_channels) == kNarrowBN
+                       ? pack_staged<kNarrowBN, Op>(weight, out_channels, g, packed, stream)
+                       : pack_staged<kWideBN, Op>(weight, out_channels, g, packed, stream);
         return tile_width(out_channels) == kNarrowBN
                    ? conv_tc::pack_weights<kNarrowBN, Op>(weight, out_channels, g, packed, stream)
                    : conv_tc::pack_weights<kWideBN, Op>(weight, out_channels, g, packed, stream);
@@ -170,17 +310,22 @@ template <class T>
 cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias, T* y,
                                    int batch, int out_channels, const Conv2dGeometry& g,
                                    const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
-                                   cudaStream_t stream, bool group_k_blocks) {
+                                   cudaStream_t stream, bool group_k_blocks,
+                                   void* channels_last) {
     if (batch <= 0 || out_channels <= 0 || g.out_h <= 0 || g.out_w <= 0) return cudaSuccess;
+    if (channels_last != nullptr && !conv2d_implicit_stages_a<T>(g, tf32, engine))
+        return cudaErrorInvalidValue;
     const auto* p = static_cast<const uint8_t*>(packed);
     auto go = [&](auto kTf32, auto op) {
         constexpr bool kT = decltype(kTf32)::value;
         using Op = decltype(op);
         if (tile_width(out_channels) == kNarrowBN)
             return run<kNarrowBN, kNarrowMB, kNarrowStages, kT, Op>(
-                x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine, stream);
+                x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine,
+                channels_last, stream);
         return run<kWideBN, kWideMB, kWideStages, kT, Op>(
-            x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine, stream);
+            x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine, channels_last,
+            stream);
     };
     // (The half types have the single-product modes alone: their 3xTF32 kernels are never
     // built.)
@@ -193,12 +338,14 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
 }
 
 #define X(T)                                                                                 \
+    template bool conv2d_implicit_stages_a<T>(const Conv2dGeometry&, bool, TensorCorePath);  \
+    template long long conv2d_implicit_channels_last_bytes<T>(int, const Conv2dGeometry&);   \
     template cudaError_t conv2d_implicit_pack<T>(const T*, int, const Conv2dGeometry&,       \
-                                                 TensorCorePath, void*, cudaStream_t);       \
+                                                 TensorCorePath, bool, void*, cudaStream_t); \
     template cudaError_t conv2d_implicit_launch<T>(const T*, const void*, const T*, T*, int,  \
                                                    int, const Conv2dGeometry&,               \
                                                    const ConvTail<T>&, bool, TensorCorePath, \
-                                                   cudaStream_t, bool);
+                                                   cudaStream_t, bool, void*);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X
 

@@ -64,6 +64,12 @@ __device__ __forceinline__ float plus_bias(float product, float bias) {
 template <class T>
 __host__ __device__ constexpr bool is_half_type() { return sizeof(T) == 2; }
 
+// Two consecutive elements moved as one access (aligned to their size together).
+template <class T>
+struct alignas(2 * sizeof(T)) Pair {
+    T lo, hi;
+};
+
 // Four consecutive elements as one load or store of 4 * sizeof(T) bytes (16 for float, 8 for
 // the half types): p must be aligned to that (vector_aligned, checked by the launchers).
 template <class T>

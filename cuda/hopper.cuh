@@ -292,6 +292,12 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// A barrier among `threads` threads (a multiple of 32) that name the same id (1 to 15; 0 is
+// __syncthreads'): one warpgroup's threads, without stopping the other warpgroups.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }

@@ -172,10 +172,20 @@ struct ConvTail {
 // tf32: one TF32 product per fp32 product (A and B rounded to nearest), as cuDNN computes
 // when torch allows TF32 (conv2d_uses_tf32 says when scratchops follows it); the half types:
 // tensor_cores_single_product, natively where tensor_cores_native16.
+// Staged A (conv_implicit.cu's v4): where conv2d_implicit_stages_a holds (the wgmma engine, a
+// single-product mode, stride 1, Cin of at least a k-block whose row of values is a multiple
+// of 16 bytes), the caller may pack with staged = true and give the launch a workspace of
+// conv2d_implicit_channels_last_bytes (16-byte aligned) for a channels-last copy of x; the
+// copy engine then stages A in shared memory. Otherwise staged = false and nullptr.
+template <class T>
+bool conv2d_implicit_stages_a(const Conv2dGeometry& g, bool tf32, TensorCorePath engine);
+template <class T>
+long long conv2d_implicit_channels_last_bytes(int batch, const Conv2dGeometry& g);
 long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels);
 template <class T>
 cudaError_t conv2d_implicit_pack(const T* weight, int out_channels, const Conv2dGeometry& g,
-                                 TensorCorePath engine, void* packed, cudaStream_t stream);
+                                 TensorCorePath engine, bool staged, void* packed,
+                                 cudaStream_t stream);
 // group_k_blocks: let long reductions keep several k-blocks in one partial sum (5% faster on
 // P31's forward, a little less accurate: conv_implicit.cu); false: one k-block a partial sum
 // (the input gradient of conv_backward.cu, whose error the tests hold to 4x torch's).
@@ -183,7 +193,8 @@ template <class T>
 cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias, T* y,
                                    int batch, int out_channels, const Conv2dGeometry& g,
                                    const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
-                                   cudaStream_t stream, bool group_k_blocks = true);
+                                   cudaStream_t stream, bool group_k_blocks = true,
+                                   void* channels_last = nullptr);
 // Whether a convolution whose torch counterpart may use TF32 (torch.backends.cudnn.allow_tf32)
 // computes in TF32: cuDNN chooses per shape, and the rule that agrees with it best over the
 // measured shapes (docs/tf32.md) is a reduction of at least kTf32MinReduction = Cin*kh*kw.
@@ -290,6 +301,11 @@ cudaError_t transpose_launch(const In* x, Out* y, int batch, int rows, int cols,
 template <class In, class Out>
 cudaError_t batch_sum_launch(const In* x, const float* carry, Out* y, int batch, int n,
                              cudaStream_t stream);
+// y (batch, pixels, channels) = x (batch, channels, pixels) transposed per image: an NCHW
+// tensor made channels-last; tf32_nearest (float): each value rounded to the nearest TF32.
+template <class T>
+cudaError_t channels_last_launch(const T* x, T* y, int batch, int channels, int pixels,
+                                 bool tf32_nearest, cudaStream_t stream);
 
 // ---------------------------------------------------------------- conv_backward.cu
 // col2im: the gradient of im2col (conv_im2col.cu), dx (batch x C x H x W) from the columns'

@@ -78,6 +78,14 @@ __host__ __device__ constexpr int physical_k(int L) {
         return 8 * (L % 4) + 2 * (L / 8) + (L % 8) / 4;
 }
 
+// Where both operands come from shared memory (A staged there too: conv_implicit_staged_a.cuh),
+// wgmma reads A's and B's rows in the same order, so no thread needs its k together and
+// column L is physical k = L itself: packed_k chooses between the two.
+template <class Op, bool kNaturalK>
+__host__ __device__ constexpr int packed_k(int L) {
+    return kNaturalK ? L : physical_k<Op>(L);
+}
+
 // Byte offset of logical column L of row n inside one packed tile (128-byte swizzle: the
 // 16-byte chunk c of row n sits at chunk position c ^ (n % 8)); column L's bytes start at
 // L * sizeof(Op) in the unswizzled row.
@@ -117,7 +125,7 @@ PackedB packed_b_layout(int bn, int n, int k, int entries) {
 // three divisions once), its threads over the stage's work items (16-byte chunk c, row n):
 // the chunk holds logical columns 4c .. 4c + 3 of row n, written to each of the three tiles;
 // in 16-bit, logical columns 8c .. 8c + 7, written to the first tile alone.
-template <int BN, class Op, class Source>
+template <int BN, class Op, bool kNaturalK, class Source>
 __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
     bool nonfinite = false;
     for (int stage = blockIdx.x; stage < layout.stages(); stage += gridDim.x) {
@@ -137,14 +145,14 @@ __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
                 for (int j = 0; j < 8; ++j)
                     values[j] = from_float<Op>(src(entry, tile * BN + n,
                                                    kb * Operand<Op>::kBlockK +
-                                                       physical_k<Op>(8 * c + j)));
+                                                       packed_k<Op, kNaturalK>(8 * c + j)));
                 *reinterpret_cast<uint4*>(tiles + packed_offset<Op>(n, 8 * c)) = chunk;
             } else {
                 uint32_t big[4], small[4], cross[4];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const Tf32Split p = split_tf32(
-                        src(entry, tile * BN + n, kb * kBlockK + physical_k(4 * c + j)));
+                    const int k = kb * kBlockK + packed_k<float, kNaturalK>(4 * c + j);
+                    const Tf32Split p = split_tf32(src(entry, tile * BN + n, k));
                     big[j] = p.big;
                     small[j] = p.small;
                     cross[j] = p.cross;
@@ -165,13 +173,15 @@ __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
         reinterpret_cast<int*>(packed + layout.tiles_bytes())[blockIdx.x] = block_nonfinite;
 }
 
-// Op: the operand type the engine multiplies (Operand), float for the TF32 split.
-template <int BN, class Op = float, class Source>
+// Op: the operand type the engine multiplies (Operand), float for the TF32 split; kNaturalK:
+// the k order of a kernel that stages A in shared memory (packed_k).
+template <int BN, class Op = float, bool kNaturalK = false, class Source>
 cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
                    cudaStream_t stream) {
     // Always layout.pack_blocks() blocks, so that every flag the main kernel reads is written.
     constexpr int kPackThreads = 256;
-    pack_b_kernel<BN, Op><<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
+    pack_b_kernel<BN, Op, kNaturalK>
+        <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
     return cudaGetLastError();
 }
 
@@ -188,6 +198,10 @@ __device__ __forceinline__ bool b_has_nonfinite(const uint8_t* packed, const Pac
 struct TileCoords {
     int batch, m0, n0;
     int warpgroup, warp, lane;  // this thread within the consumers
+    // The tile's rows from m0 that exist (an epilogue stores none past them): all but in a
+    // tile that ends before its 64 x MB rows, where the next rows of the pixel order are
+    // another tile's (conv_implicit_staged_a.cuh: a tile is a stretch of one output row).
+    int rows = 1 << 30;
     // The row, inside a tile of 2 x 64 x MB rows, of this thread's accumulators (and A rows)
     // of 64-row block mb, half h (the layout above): written once for both engines and
     // every epilogue.

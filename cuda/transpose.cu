@@ -15,14 +15,22 @@
 // round (float in, the element type out: a float accumulator written as the gradient), and
 // batch_sum adds in float and may write float (an accumulator carried across chunks).
 //
+// The forward uses transpose once: channels_last, an NCHW input as (N, H, W, C) for the
+// implicit-GEMM convolution v4 (conv_implicit_staged_a.cuh), each image's C x HW matrix
+// transposed; in the TF32 mode each value is rounded to the nearest TF32 on the way, as
+// cuDNN rounds its operands (wgmma would truncate).
+//
 // Versions, one idea each (one version each here):
 //   transpose v1 tiled  a 32 x 32 tile through shared memory, so that both the reads of x and
 //                       the writes of y are whole rows (coalesced); the tile's rows are 33
 //                       wide so that reading a column of it touches 32 different banks
 //   batch_sum v1 column one thread per element i, walking the batch in order: coalesced across
 //                       i, the order of the additions fixed
+//   channels_last       transpose with 16-byte accesses on both sides (v1 moves one element
+//                       a thread, and in 16 bits only 64 bytes a warp: half the copy rate)
 
 #include "common.cuh"
+#include "hopper.cuh"
 #include "launchers.h"
 
 namespace scratchops {
@@ -76,6 +84,87 @@ __global__ void batch_sum_kernel(const In* __restrict__ x, const float* carry, O
     y[i] = from_float<Out>(sum);
 }
 
+// channels_last: image blockIdx.y's C x P matrix (channels x pixels) to P x C, a tile of
+// kVecTile channels x kVecTile pixels a block, kVec = 16 / sizeof(T) elements a 16-byte
+// vector. Reads: vector v of the tile is kVec pixels of channel row v / kVecsRow, so a warp
+// reads whole runs of a channel's pixels; writes: a pixel's kVec consecutive channels, read
+// down a column of the tile (rows padded by one element, fewer bank conflicts). Vectors that
+// leave the matrix or would be misaligned (P or C not a multiple of kVec) go element by
+// element.
+constexpr int kVecTile = 64, kVecThreads = 256;
+// Element i of a 16-byte vector of T, and a vector made of elements (constant i only: the
+// vector stays in registers; an array view of it went to the stack).
+template <class T>
+__device__ __forceinline__ T vector_element(const uint4& v, int i) {
+    const uint32_t word = i / (4 / static_cast<int>(sizeof(T))) == 0   ? v.x
+                          : i / (4 / static_cast<int>(sizeof(T))) == 1 ? v.y
+                          : i / (4 / static_cast<int>(sizeof(T))) == 2 ? v.z
+                                                                        : v.w;
+    if constexpr (sizeof(T) == 4) {
+        return __uint_as_float(word);
+    } else {
+        const unsigned short bits = static_cast<unsigned short>(i % 2 ? word >> 16 : word);
+        return half_from_bits<T>(bits);
+    }
+}
+template <class T>
+__device__ __forceinline__ uint32_t element_bits(T v) {
+    if constexpr (sizeof(T) == 4) {
+        return __float_as_uint(v);
+    } else {
+        return *reinterpret_cast<const unsigned short*>(&v);
+    }
+}
+template <class T, bool kTf32Nearest>
+__global__ void channels_last_kernel(const T* __restrict__ x, T* __restrict__ y, int channels,
+                                     int pixels, int tiles_p) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+    constexpr int kVecsRow = kVecTile / kVec;  // vectors in a tile row
+    __shared__ T tile[kVecTile][kVecTile + 1];
+    const int c0 = blockIdx.x / tiles_p * kVecTile, p0 = blockIdx.x % tiles_p * kVecTile;
+    const long long image = static_cast<long long>(channels) * pixels * blockIdx.y;
+    const T* src = x + image;
+    T* dst = y + image;
+    const bool aligned = pixels % kVec == 0;
+    for (int v = threadIdx.x; v < kVecTile * kVecsRow; v += kVecThreads) {
+        const int r = v / kVecsRow, col = v % kVecsRow * kVec;  // channel c0 + r, pixel p0 + col
+        const int c = c0 + r, p = p0 + col;
+        if (c >= channels) continue;
+        if (aligned && p + kVec <= pixels) {
+            const uint4 chunk =
+                *reinterpret_cast<const uint4*>(src + static_cast<long long>(c) * pixels + p);
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) tile[r][col + i] = vector_element<T>(chunk, i);
+        } else {
+            for (int i = 0; i < kVec && p + i < pixels; ++i)
+                tile[r][col + i] = src[static_cast<long long>(c) * pixels + p + i];
+        }
+    }
+    __syncthreads();
+    // (channels % kVec == 0 where v4 runs; other counts go element by element)
+    const bool aligned_out = channels % kVec == 0;
+    for (int v = threadIdx.x; v < kVecTile * kVecsRow; v += kVecThreads) {
+        const int r = v / kVecsRow, col = v % kVecsRow * kVec;  // pixel p0 + r, channel c0 + col
+        const int p = p0 + r, c = c0 + col;
+        if (p >= pixels) continue;
+        uint32_t words[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+            T value = tile[col + i][r];
+            if constexpr (kTf32Nearest) value = __uint_as_float(tf32_nearest(value));
+            words[i / (kVec / 4)] |= element_bits(value) << (16 * (i % (kVec / 4)));
+        }
+        const uint4 chunk = make_uint4(words[0], words[1], words[2], words[3]);
+        T* out = dst + static_cast<long long>(p) * channels + c;
+        if (aligned_out && c + kVec <= channels) {
+            *reinterpret_cast<uint4*>(out) = chunk;
+        } else {
+            for (int i = 0; i < kVec && c + i < channels; ++i)
+                out[i] = vector_element<T>(chunk, i);
+        }
+    }
+}
+
 }  // namespace
 
 template <class In, class Out>
@@ -86,6 +175,26 @@ cudaError_t transpose_launch(const In* x, Out* y, int batch, int rows, int cols,
     const dim3 grid(static_cast<unsigned>(tiles_r * tiles_c), batch < kMaxGridYZ ? batch : kMaxGridYZ);
     transpose_kernel<In, Out><<<grid, dim3(kTile, kTileRowsStep), 0, stream>>>(
         x, y, batch, rows, cols, static_cast<int>(tiles_c));
+    return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t channels_last_launch(const T* x, T* y, int batch, int channels, int pixels,
+                                 bool tf32_nearest, cudaStream_t stream) {
+    const long long tiles_c = (channels + kVecTile - 1) / kVecTile;
+    const long long tiles_p = (pixels + kVecTile - 1) / kVecTile;
+    if (tiles_c * tiles_p > kMaxInt32Count || batch > kMaxGridYZ) return cudaErrorInvalidValue;
+    if (batch <= 0 || tiles_c * tiles_p == 0) return cudaSuccess;
+    const dim3 grid(static_cast<unsigned>(tiles_c * tiles_p), static_cast<unsigned>(batch));
+    if constexpr (std::is_same_v<T, float>) {
+        if (tf32_nearest) {
+            channels_last_kernel<T, true><<<grid, kVecThreads, 0, stream>>>(
+                x, y, channels, pixels, static_cast<int>(tiles_p));
+            return cudaGetLastError();
+        }
+    }
+    channels_last_kernel<T, false><<<grid, kVecThreads, 0, stream>>>(x, y, channels, pixels,
+                                                                     static_cast<int>(tiles_p));
     return cudaGetLastError();
 }
 
@@ -100,7 +209,9 @@ cudaError_t batch_sum_launch(const In* x, const float* carry, Out* y, int batch,
 #define X(T)                                                                               \
     template cudaError_t transpose_launch<T, T>(const T*, T*, int, int, int, cudaStream_t); \
     template cudaError_t batch_sum_launch<T, T>(const T*, const float*, T*, int, int,       \
-                                                cudaStream_t);
+                                                cudaStream_t);                              \
+    template cudaError_t channels_last_launch<T>(const T*, T*, int, int, int, bool,         \
+                                                 cudaStream_t);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X
 // A float accumulator rounded into the half types' gradients, and half partial sums added

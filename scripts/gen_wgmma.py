@@ -1,7 +1,10 @@
-"""Writes the wgmma wrappers with A in registers (sm_90a), one per tile width N:
+"""Writes the wgmma wrappers (sm_90a), one per tile width N, with A in registers (Rs) and with
+A in shared memory (Ss, both operands described by matrix descriptors):
   cuda/wgmma_tf32.cuh  wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32   d, a, b-desc, scale-d, 1, 1
+                                                                           d, a-desc, b-desc, scale-d, 1, 1
   cuda/wgmma_half.cuh  wgmma.mma_async.sync.aligned.m64nNk16.f32.OP.OP      d, a, b-desc, scale-d, 1, 1, 0
-                       with OP = f16 or bf16 (the trailing 0: B is K-major, not transposed).
+                                                                           d, a-desc, b-desc, scale-d, 1, 1, 0, 0
+                       with OP = f16 or bf16 (the trailing 0s: A and B K-major, not transposed).
 Each wrapper names its N/2 accumulator registers one by one, which is tedious and error-prone by
 hand. Usage: python3 scripts/gen_wgmma.py cuda/
 """
@@ -11,24 +14,27 @@ import sys
 NS = [64, 128]
 
 
-def wrapper(struct, n, instruction, tail):
-    """One specialisation: D (64 x n fp32) += A (4 registers) * B (shared memory, b_desc)."""
+def wrapper(struct, n, instruction, tail, a_in_registers=True):
+    """One specialisation: D (64 x n fp32) += A * B (shared memory, b_desc), A in 4 registers
+    or (a_in_registers=False) in shared memory, described by a_desc."""
     nacc = n // 2
     accs = ", ".join(f"%{i}" for i in range(nacc))
-    a = ", ".join(f"%{nacc + i}" for i in range(4))
-    desc = f"%{nacc + 4}"
-    scale = f"%{nacc + 5}"
+    if a_in_registers:
+        a_param, a_operand = "const uint32_t (&a)[4]", "{" + ", ".join(f"%{nacc + i}" for i in range(4)) + "}"
+        a_inputs, after_a = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])', nacc + 4
+    else:
+        a_param, a_operand, a_inputs, after_a = "uint64_t a_desc", f"%{nacc}", '"l"(a_desc)', nacc + 1
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(nacc))
     return [f'template <>', f'struct {struct} {{',
             f'    static constexpr int kAccumulators = {nacc};',
-            f'    __device__ __forceinline__ static void mma(float (&d)[{nacc}], const uint32_t (&a)[4], uint64_t b_desc, int accumulate) {{',
+            f'    __device__ __forceinline__ static void mma(float (&d)[{nacc}], {a_param}, uint64_t b_desc, int accumulate) {{',
             f'        asm volatile(',
-            f'            "{{\\n.reg .pred p;\\nsetp.ne.b32 p, {scale}, 0;\\n"',
+            f'            "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{after_a + 1}, 0;\\n"',
             f'            "{instruction} "',
             f'            "{{{accs}}}, "',
-            f'            "{{{a}}}, {desc}, p, {tail};\\n}}\\n"',
+            f'            "{a_operand}, %{after_a}, p, {tail};\\n}}\\n"',
             f'            : {outs}',
-            f'            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));',
+            f'            : {a_inputs}, "l"(b_desc), "r"(accumulate));',
             f'    }}', f'}};', '']
 
 
@@ -43,30 +49,40 @@ def header(name, lines, includes):
 def tf32_file():
     out = header('wgmma_tf32.cuh', [
         'the m64nNk8 TF32 wgmma',
-        'with A in registers (sm_90a).',
-        'D (64 x N fp32, N/2 registers a thread) += A (64 x 8 TF32, 4 registers) * B (8 x N,',
-        'shared memory, K-major, described by b_desc); accumulate = 0 starts afresh (D = A * B).'],
+        '(sm_90a), with A in registers (Rs) or in shared memory (Ss).',
+        'D (64 x N fp32, N/2 registers a thread) += A (64 x 8 TF32: 4 registers, or K-major in',
+        'shared memory, described by a_desc) * B (8 x N, shared memory, K-major, described by',
+        'b_desc); accumulate = 0 starts afresh (D = A * B).'],
         ['#include <cstdint>'])
-    out += ['template <int N>', 'struct WgmmaTf32Rs;', '']
+    out += ['template <int N>', 'struct WgmmaTf32Rs;', 'template <int N>', 'struct WgmmaTf32Ss;', '']
     for n in NS:
         out += wrapper(f'WgmmaTf32Rs<{n}>', n,
                        f'wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32', '1, 1')
+    for n in NS:
+        out += wrapper(f'WgmmaTf32Ss<{n}>', n,
+                       f'wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32', '1, 1', False)
     return out + ['}  // namespace scratchops', '']
 
 
 def half_file():
     out = header('wgmma_half.cuh', [
         'the m64nNk16 fp16 and',
-        'bf16 wgmma with A in registers (sm_90a), accumulating in fp32.',
-        'D (64 x N fp32, N/2 registers a thread) += A (64 x 16 of Op, 4 registers of two values,',
-        'the lower k in the low half) * B (16 x N of Op, shared memory, K-major, described by',
-        'b_desc); accumulate = 0 starts afresh (D = A * B).'],
+        'bf16 wgmma (sm_90a), accumulating in fp32, with A in registers (Rs) or in shared memory (Ss).',
+        'D (64 x N fp32, N/2 registers a thread) += A (64 x 16 of Op: 4 registers of two values,',
+        'the lower k in the low half, or K-major in shared memory, described by a_desc) * B',
+        '(16 x N of Op, shared memory, K-major, described by b_desc); accumulate = 0 starts',
+        'afresh (D = A * B).'],
         ['#include <cstdint>', '', '#include <cuda_bf16.h>', '#include <cuda_fp16.h>'])
-    out += ['template <int N, class Op>', 'struct WgmmaHalfRs;', '']
+    out += ['template <int N, class Op>', 'struct WgmmaHalfRs;', 'template <int N, class Op>',
+            'struct WgmmaHalfSs;', '']
     for op, ptx in (('__half', 'f16'), ('__nv_bfloat16', 'bf16')):
         for n in NS:
             out += wrapper(f'WgmmaHalfRs<{n}, {op}>', n,
                            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx}', '1, 1, 0')
+        for n in NS:
+            out += wrapper(f'WgmmaHalfSs<{n}, {op}>', n,
+                           f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx}', '1, 1, 0, 0',
+                           False)
     return out + ['}  // namespace scratchops', '']
 
 

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&flush, 256 << 20));
     fill<<<1024, 256>>>(x, nx, 1); fill<<<64, 256>>>(w, CO * C * 9, 2); fill<<<1, 128>>>(b, CO, 3); fill<<<1, 128>>>(b2, CO, 4);
     CK(cudaMalloc(&packed, conv2d_implicit_packed_bytes(g, CO)));
-    CK(conv2d_implicit_pack(w, CO, g, TensorCorePath::kWgmma, packed, 0));
+    CK(conv2d_implicit_pack(w, CO, g, TensorCorePath::kWgmma, false, packed, 0));
     ConvTail<float> tail{ConvTail<float>::kMinAddMul, 0.5f, b2, 2.0f};
     const ConvGeometryFast f = conv_tc::fast_geometry(g, N, CO);
     const ConvStore<float> store{nullptr, b, tail, f};

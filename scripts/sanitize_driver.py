@@ -96,6 +96,27 @@ def native_half_kernels():
                                        s[:, None, None], 4), -0.5, 0.5), tol=tol)
 
 
+def staged_a_kernels():
+    """The implicit-GEMM conv's v4 (A staged by the copy engine from a channels-last copy):
+    bf16 with B resident (one column tile) and in its ring (Cout 130), TF32 under torch's
+    switch, P31's tail; rows shorter than a tile, a 72-channel input (a part block of
+    channels read past the tensor as zeros) and padding (boxes partly outside the image)."""
+    half = lambda *shape: r(*shape).to(torch.bfloat16)
+    tol = max(HALF_TOL, 2 * torch.finfo(torch.bfloat16).eps)
+    for cout in (70, 130):
+        x, w, bias = half(2, 72, 9, 140), half(cout, 72, 3, 3), half(cout)
+        check(f"v4 bf16 conv2d Cout {cout}", scratchops.conv2d(x, w, bias, 1, 1),
+              F.conv2d(x, w, bias, 1, 1), tol=tol)
+    x, w, bias, b2 = r(2, 64, 7, 19), r(40, 64, 3, 3), r(40), r(40)
+    before, torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32, True
+    try:
+        check("v4 tf32 conv2d_min_add_mul",
+              scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
+              (torch.clamp_max(F.conv2d(x, w, bias), 0.1) + b2[:, None, None]) * 2.0)
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+
+
 def check_grads(label, ours, ref, *inputs):
     """The gradients of ours(*inputs) and ref(*inputs) for one random output gradient."""
     leaves = [t.detach().requires_grad_() for t in inputs]
@@ -162,6 +183,7 @@ def main():
             tensor_core_kernels(engine)
     if hopper:
         native_half_kernels()
+        staged_a_kernels()
     x = r(2, 3, 9, 7)
     for version in scratchops.IM2COL_VERSIONS:
         check(f"im2col v{version}", scratchops.im2col(x, (3, 2), 1, 1, 2, version=version),

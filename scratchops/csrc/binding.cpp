@@ -365,20 +365,24 @@ Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
 
 // The weights packed for the tensor cores now, in a workspace of this call (packing every
 // call costs one small kernel and keeps no copy that could outlive the weights), and the
-// engine that multiplies them.
+// engine that multiplies them. may_stage: the launch may stage A (conv2d_implicit_stages_a);
+// then `channels_last` is its workspace for the input's channels-last copy (else empty).
 struct PackedWeights {
-    at::DataPtr packed;
+    at::DataPtr packed, channels_last;
     TensorCorePath engine = TensorCorePath::kWgmma;
 };
 template <class T>
-PackedWeights packed_weights(const Tensor& w, const Conv2dGeometry& g) {
+PackedWeights packed_weights(const Tensor& w, const Conv& c, bool may_stage) {
     const TensorCorePath engine = tensor_core_engine(w, "this convolution");
-    at::DataPtr packed = workspace(conv2d_implicit_packed_bytes(g, i32(w.size(0))));
+    const bool staged = may_stage && conv2d_implicit_stages_a<T>(c.g, c.tf32, engine);
+    at::DataPtr packed = workspace(conv2d_implicit_packed_bytes(c.g, c.cout));
     const cudaError_t err = conv2d_implicit_pack(
-        data<T>(w), i32(w.size(0)), g, engine, packed.get(),
+        data<T>(w), c.cout, c.g, engine, staged, packed.get(),
         c10::cuda::getCurrentCUDAStream(w.device().index()).stream());
     TORCH_CHECK(err == cudaSuccess, "scratchops: weight packing failed: ", cudaGetErrorString(err));
-    return {std::move(packed), engine};
+    at::DataPtr channels_last =
+        staged ? workspace(conv2d_implicit_channels_last_bytes<T>(c.batch, c.g)) : at::DataPtr();
+    return {std::move(packed), std::move(channels_last), engine};
 }
 
 // algorithm 0: im2col + gemm in a bounded workspace; 1: implicit GEMM on the tensor cores.
@@ -392,11 +396,11 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     return launch_into(x, c.shape, "conv2d", [&](auto e, auto* y, cudaStream_t s) {
         using T = typename decltype(e)::type;
         if (algorithm == 1) {
-            const PackedWeights w = packed_weights<T>(weight, c.g);
+            const PackedWeights w = packed_weights<T>(weight, c, true);
             return conv2d_implicit_launch<T>(data<T>(x), w.packed.get(), data<T>(bias), y,
                                              c.batch, c.cout, c.g,
                                              ConvTail<T>{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f},
-                                             c.tf32, w.engine, s);
+                                             c.tf32, w.engine, s, true, w.channels_last.get());
         }
         const long long elements =
             conv2d_im2col_workspace_elements<T>(c.batch, c.cout, c.g, workspace_bytes, c.tf32);
@@ -417,9 +421,10 @@ Tensor conv2d_min_add_mul_cuda(const Tensor& x, const Tensor& weight, const OptT
         using T = typename decltype(e)::type;
         const ConvTail<T> tail{ConvTail<T>::kMinAddMul, f32(constant), data<T>(bias),
                                f32(factor)};
-        const PackedWeights w = packed_weights<T>(weight, c.g);
+        const PackedWeights w = packed_weights<T>(weight, c, true);
         return conv2d_implicit_launch<T>(data<T>(x), w.packed.get(), data<T>(conv_bias), y,
-                                         c.batch, c.cout, c.g, tail, c.tf32, w.engine, s);
+                                         c.batch, c.cout, c.g, tail, c.tf32, w.engine, s, true,
+                                         w.channels_last.get());
     });
 }
 
@@ -456,7 +461,7 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
         // them for the tensor cores, which the device must have.)
         const PackedWeights w = version == kConvGnPoolCudaCoreVersion
                                     ? PackedWeights{}
-                                    : packed_weights<T>(weight, c.g);
+                                    : packed_weights<T>(weight, c, false);
         const at::DataPtr ws =
             workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups));
         return conv_gn_pool_launch<T>(i32(version), data<T>(x), data<T>(weight), w.packed.get(),

@@ -1,0 +1,122 @@
+"""The implicit-GEMM convolution's v4 (cuda/conv_implicit_staged_a.cuh): A staged in shared
+memory by the copy engine from a channels-last copy of the input. It runs where
+conv2d_implicit_stages_a holds: the wgmma engine, a single-product mode (TF32 under torch's
+switch and the TF32 rule, fp16, bf16), stride 1, Cin of at least one 128-byte k-block (32 in
+TF32, 64 in 16 bits) with a channel row a multiple of 16 bytes.
+
+The shapes reach each edge of it: output rows shorter and longer than a 128-pixel tile, channels
+past the last whole k-block (read as zeros), padding and dilation (taps outside the image), two
+column tiles, batch 1, 1x1 and 5x5 kernels, P31's tail. The TF32 results are held to the
+arithmetic v4 claims: operands rounded to the nearest TF32, products summed in fp32. Against
+float64 on the rounded operands they are then within 2e-5 (the tensor cores' fp32 sums, a
+truncation per k-step of 8 at most: 225 steps at K = 1800); an operand truncated instead of
+rounded puts them about 1e-4 away even at K = 128. The profiler shows that v4 ran."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+import scratchops
+from helpers import TENSOR_CORES, poison_next, rand
+from test_half import assert_half_matches
+
+pytestmark = pytest.mark.skipif(
+    not TENSOR_CORES or torch.cuda.get_device_capability() < (9, 0),
+    reason="v4 needs the wgmma engine and the copy engine's tensor maps (an sm_90 GPU)")
+
+KERNEL = "staged_a_kernel"
+
+# x_shape, w_shape, padding, dilation
+CASES = [
+    ((1, 64, 9, 7), (16, 64, 3, 3), 0, 1),        # a row shorter than a tile
+    ((2, 64, 20, 130), (128, 64, 3, 3), 1, 1),    # a row longer than a tile
+    ((2, 72, 11, 13), (200, 72, 5, 5), 2, 1),     # channels past a whole block; 2 column tiles
+    ((1, 128, 6, 200), (33, 128, 1, 1), 0, 1),    # 1x1
+    ((3, 128, 5, 5), (128, 128, 3, 3), 1, 3),     # dilation: most taps outside the image
+    ((1, 40, 17, 33), (70, 40, 3, 3), 2, 2),      # TF32 only (Cin < 64: half runs v2)
+]
+IDS = ["short-row", "long-row", "partial-block-2-tiles", "1x1", "dilated", "cin40"]
+
+
+def tf32_nearest(t):
+    """float32 rounded to the nearest TF32, ties away from zero (what cvt.rna gives)."""
+    bits = t.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+
+
+def ran_v4(call):
+    """Whether `call` launched v4's kernel."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return any(KERNEL in e.key for e in prof.key_averages())
+
+
+@pytest.fixture
+def tf32_allowed():
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    yield
+    torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.mark.parametrize("x_shape,w_shape,padding,dilation", CASES, ids=IDS)
+def test_tf32_rounds_to_nearest_and_sums_in_fp32(tf32_allowed, x_shape, w_shape, padding,
+                                                 dilation):
+    x = rand(*x_shape, low=0.0)
+    w = rand(*w_shape) / (w_shape[1] * w_shape[2] * w_shape[3]) ** 0.5
+    b = rand(w_shape[0])
+    ref64 = F.conv2d(tf32_nearest(x).double(), tf32_nearest(w).double(), b.double(), 1,
+                     padding, dilation)
+    poison_next(*ref64.shape)
+    call = lambda: scratchops.conv2d(x, w, b, 1, padding, dilation)  # noqa: E731
+    out = call()
+    torch.testing.assert_close(out.double(), ref64, atol=2e-5, rtol=2e-5)
+    assert ran_v4(call)
+    # and torch's own result under the same switch (cuDNN's TF32) within KernelBench's 1e-4
+    torch.testing.assert_close(out, F.conv2d(x, w, b, 1, padding, dilation), atol=1e-4,
+                               rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("x_shape,w_shape,padding,dilation", CASES[:-1], ids=IDS[:-1])
+def test_half(dtype, x_shape, w_shape, padding, dilation):
+    x = rand(*x_shape, low=0.0, dtype=dtype)
+    w = (rand(*w_shape) / (w_shape[1] * w_shape[2] * w_shape[3]) ** 0.5).to(dtype)
+    b = rand(w_shape[0], dtype=dtype)
+    ref = F.conv2d(x, w, b, 1, padding, dilation)
+    ref64 = F.conv2d(x.double(), w.double(), b.double(), 1, padding, dilation)
+    poison_next(*ref.shape, dtype=dtype)
+    call = lambda: scratchops.conv2d(x, w, b, 1, padding, dilation)  # noqa: E731
+    assert_half_matches(call(), ref, ref64)
+    assert ran_v4(call)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["tf32", "fp16", "bf16"])
+def test_p31_tail_and_nan(tf32_allowed, dtype):
+    x = rand(2, 64, 21, 140, low=0.0, dtype=dtype)
+    w = (rand(72, 64, 3, 3) / 24).to(dtype)
+    cb, bias = rand(72, dtype=dtype), rand(72, 1, 1, dtype=dtype)
+    x[1, 5, 7, 100] = float("nan")
+    x[0, 0, 0, 0] = float("inf")
+    call = lambda: scratchops.conv2d_min_add_mul(x, w, cb, 0.5, bias, 2.0)  # noqa: E731
+    half = torch.tensor(0.5, dtype=dtype, device="cuda")
+    ref = (torch.min(F.conv2d(x, w, cb), half) + bias) * 2.0
+    poison_next(*ref.shape, dtype=dtype)
+    out = call()
+    assert torch.equal(torch.isnan(out), torch.isnan(ref))
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol, equal_nan=True)
+    assert ran_v4(call)
+
+
+def test_not_staged_where_the_rule_says_no(tf32_allowed):
+    """Stride 2, and fp32 with TF32 off (3xTF32), run the other versions, still right."""
+    x, w = rand(1, 64, 20, 20, low=0.0), rand(16, 64, 3, 3) / 24
+    strided = lambda: scratchops.conv2d(x, w, None, 2)  # noqa: E731
+    assert not ran_v4(strided)
+    torch.testing.assert_close(strided(), F.conv2d(x, w, None, 2), atol=1e-4, rtol=1e-4)
+    torch.backends.cudnn.allow_tf32 = False
+    assert not ran_v4(lambda: scratchops.conv2d(x, w))
