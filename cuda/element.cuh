@@ -51,6 +51,17 @@ template <class T>
 __device__ __forceinline__ float rounded(float v) {
     return to_float(from_float<T>(v));
 }
+// bf16: the same rounding done on the bits (to nearest, ties to even: add 0x7fff and the lowest
+// kept bit, clear the low 16), in integer instructions at the full rate. The compiler turned
+// the conversion pair into F2F instructions, which ran at a fraction of it: 4 a value in P31's
+// epilogue, where ncu found v4 waiting on them (docs/notes.md). A NaN stays itself (its low
+// bits could carry it to Inf); Inf and the values past bf16's largest round as cvt.rn does.
+template <>
+__device__ __forceinline__ float rounded<__nv_bfloat16>(float v) {
+    const uint32_t bits = __float_as_uint(v);
+    const uint32_t nearest = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+    return v != v ? v : __uint_as_float(nearest);
+}
 
 // A product (a GEMM's or a convolution's sum) plus a bias, as torch adds the bias in T: the
 // product rounded to T first (torch's conv2d adds its bias to cuDNN's rounded result; a @ b +
