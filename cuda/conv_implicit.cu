@@ -97,14 +97,25 @@ struct ConvStore {
         }
     }
 
-    // An output value from its accumulator, the bias (add) and the tail's bias (add2).
-    __device__ __forceinline__ float finish(float acc, float add, float add2) const {
-        float v = plus_bias<T>(acc, add);
+    // An output value from its accumulator, the bias (add) and the tail's bias (add2); kTail:
+    // P31's tail, limit = its constant rounded to T.
+    template <bool kTail>
+    __device__ __forceinline__ float finish_as(float acc, float add, float add2,
+                                               float limit) const {
+        const float v = plus_bias<T>(acc, add);
         // (The tail rounds as torch's min and add do in T: element.cuh.)
-        if (tail.kind == ConvTail<T>::kMinAddMul)
-            v = rounded<T>(nan_min(rounded<T>(v), rounded<T>(tail.constant)) + add2) *
-                tail.factor;
-        return v;
+        return kTail ? rounded<T>(nan_min(rounded<T>(v), limit) + add2) * tail.factor : v;
+    }
+    __device__ __forceinline__ float finish(float acc, float add, float add2) const {
+        return tail.kind == ConvTail<T>::kMinAddMul
+                   ? finish_as<true>(acc, add, add2, rounded<T>(tail.constant))
+                   : finish_as<false>(acc, add, add2, 0.0f);
+    }
+
+    // Output channel co's bias and tail bias (add, add2 of finish), 0 past the last channel.
+    __device__ __forceinline__ void channel_params(int co, float& add, float& add2) const {
+        add = bias != nullptr && co < f.cout ? to_float(bias[co]) : 0.0f;
+        add2 = tail.kind == ConvTail<T>::kMinAddMul && co < f.cout ? to_float(tail.bias[co]) : 0.0f;
     }
 
     // v4's store (conv_implicit_staged_a.cuh), for a tile that is tc.rows pixels of one output
@@ -114,18 +125,22 @@ struct ConvStore {
     // a warp stores consecutive pixels of one channel (64 or 128 bytes an instruction, two
     // values a thread where the row starts at an even element) instead of 16 or 32 bytes of
     // each of four channels. `barrier`: a named barrier of the warpgroup's 128 threads.
-    // Output channel co's bias and tail bias (add, add2 of finish), 0 past the last channel.
-    __device__ __forceinline__ void channel_params(int co, float& add, float& add2) const {
-        add = bias != nullptr && co < f.cout ? to_float(bias[co]) : 0.0f;
-        add2 = tail.kind == ConvTail<T>::kMinAddMul && co < f.cout ? to_float(tail.bias[co]) : 0.0f;
-    }
-
     // (params: the tile's columns' channel_params in shared memory, add[BN] then add2[BN],
     // loaded while the tile's products ran: a global load here would wait behind the stores
     // before it, chunk after chunk.)
     template <int BN, int MB, int kChannels, int kStride>
     __device__ void store_staged(const float (&acc)[MB][BN / 2], const TileCoords& tc, T* stage,
                                  const float* params, int barrier) const {
+        // (The tail decided once a tile, not once a value: each branch is a kernel of its own.)
+        if (tail.kind == ConvTail<T>::kMinAddMul)
+            store_staged_as<true, BN, MB, kChannels, kStride>(acc, tc, stage, params, barrier);
+        else
+            store_staged_as<false, BN, MB, kChannels, kStride>(acc, tc, stage, params, barrier);
+    }
+    template <bool kTail, int BN, int MB, int kChannels, int kStride>
+    __device__ void store_staged_as(const float (&acc)[MB][BN / 2], const TileCoords& tc,
+                                    T* stage, const float* params, int barrier) const {
+        const float limit = kTail ? rounded<T>(tail.constant) : 0.0f;
         const int t = tc.lane % 4;
         const int pixels = f.g.out_h * f.g.out_w;
         // Output channel co's pixels of the tile start at y + (n Cout + co) pixels + p0.
@@ -148,7 +163,8 @@ struct ConvStore {
 #pragma unroll
                         for (int h = 0; h < 2; ++h)
                             stage[col * kStride + tc.template tile_row<MB>(mb, h)] =
-                                from_float<T>(finish(acc[mb][4 * nb + 2 * h + c], add, add2));
+                                from_float<T>(finish_as<kTail>(acc[mb][4 * nb + 2 * h + c],
+                                                               add, add2, limit));
                 }
             }
             named_barrier_sync(barrier, kWarpgroupThreads);
@@ -158,7 +174,11 @@ struct ConvStore {
                 if (co >= f.cout) break;
                 const T* from = stage + col * kStride;
                 T* to = tile_y + static_cast<long long>(co) * pixels;
-                if (pairs) {
+                if (pairs && tc.rows == 64 * MB) {  // a whole tile row: no bounds to check
+#pragma unroll
+                    for (int p = 2 * tc.lane; p < 64 * MB; p += 64)
+                        *reinterpret_cast<Pair<T>*>(to + p) = Pair<T>{from[p], from[p + 1]};
+                } else if (pairs) {
                     for (int p = 2 * tc.lane; p < tc.rows; p += 64) {
                         if (p + 1 < tc.rows) {
                             Pair<T> two{from[p], from[p + 1]};
