@@ -64,7 +64,8 @@ using resident_b::kMaxSmemBytes;  // (the dynamic shared memory a launch may ask
 
 // The store (conv_implicit.cu's ConvStore::store_staged): kStoreChannels output channels at a
 // time through a consumer's own stage of that many rows of the tile's pixels, each row padded
-// to an odd number of 32-bit words (fewer bank conflicts as the accumulators are written in).
+// by 16 bytes: stmatrix's 16-byte rows of 8 channels then fall in 8 different groups of 4
+// banks, and float's scalar stores (rows 4 words (mod 16) apart) in 32 different banks.
 constexpr int kStoreChannels = 16;
 
 template <int BN, int MB, bool kResidentB, class T>
@@ -73,7 +74,7 @@ struct Config {
     static constexpr int kAStageBytes = (kTileRows + kHaloRows) * kRowBytes;  // x 1024
     static constexpr int kBBytes = BN * kRowBytes;  // pack_b's first tile of a k-block
     static constexpr int kAStages = 2, kBStages = 4;  // a consumer's rings
-    static constexpr int kStoreStride = kTileRows + 4 / static_cast<int>(sizeof(T));
+    static constexpr int kStoreStride = kTileRows + 16 / static_cast<int>(sizeof(T));
     static constexpr int kStoreBytes =  // the stage, then the tile's columns' 2 BN parameters
         (kStoreChannels * kStoreStride * static_cast<int>(sizeof(T)) + 15) / 16 * 16 + 8 * BN;
     static constexpr int kRingBytes =  // (a multiple of 1024: the boxes stay aligned)

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -69,6 +70,41 @@ __device__ __forceinline__ float rounded<__nv_bfloat16>(float v) {
 template <class T>
 __device__ __forceinline__ float plus_bias(float product, float bias) {
     return rounded<T>(product) + bias;
+}
+
+// Two values of a 16-bit T in one 32-bit register (__half2, __nv_bfloat162), for the paired
+// instructions (sm_80+: cvt.rn to a pair, add, min, mul of pairs), each rounding its result
+// to T once. A torch operator on T computes in float and rounds once; the two agree bit for
+// bit wherever the float result is exact (a product of two T values: 2 x 11 bits fit in
+// float's 24) or double rounding is innocuous (a sum: float's 24 bits hold 2 p + 2 for T's p
+// = 11 or 8 bits, Figueroa's condition), so an epilogue of adds, mins and exact products may
+// run two values an instruction. rounded_pair(lo, hi) rounds two floats as from_float does;
+// widened(v) is to_float of each.
+template <class T>
+struct PairOf;
+template <>
+struct PairOf<__half> {
+    using type = __half2;
+    static __device__ __forceinline__ type rounded_pair(float lo, float hi) {
+        return __floats2half2_rn(lo, hi);
+    }
+    static __device__ __forceinline__ float2 widened(type v) { return __half22float2(v); }
+};
+template <>
+struct PairOf<__nv_bfloat16> {
+    using type = __nv_bfloat162;
+    static __device__ __forceinline__ type rounded_pair(float lo, float hi) {
+        return __floats2bfloat162_rn(lo, hi);
+    }
+    static __device__ __forceinline__ float2 widened(type v) { return __bfloat1622float2(v); }
+};
+// A pair's 32 bits (lo in the low half, as it sits in memory).
+template <class V>
+__device__ __forceinline__ uint32_t pair_bits(V v) {
+    static_assert(sizeof(V) == 4, "two 16-bit values");
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    return bits;
 }
 
 // Whether T is one of the 16-bit types.

@@ -159,6 +159,16 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// stmatrix (sm_90): four 8 x 8 matrices of 16-bit values stored transposed (.trans). Register
+// j holds this thread's two values of matrix j, at its row lane / 4 and columns 2 (lane % 4)
+// and + 1 (the layout of an mma accumulator), and lane 8 j + i gives the address (16-byte
+// aligned) of matrix j's column i, which lands there as 8 consecutive values: a tile of
+// pixels x channels leaves as channels x pixels, each channel's 8 pixels one 16-byte row.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t address, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(address), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+
 // cp.async (sm_80+): a kBytes-byte copy (4 or 16; both addresses aligned to it) from global
 // to shared memory that holds no register while in flight, carrying an L2 cache policy
 // (l2_evict_first); when !valid it reads nothing (source size 0) and writes zeros. 16-byte
