@@ -116,7 +116,7 @@ struct ConvStore {
         if (tail.kind != ConvTail<T>::kMinAddMul)
             store_staged_as<false, true, BN, MB, kChannels, kStride>(acc, tc, stage, params,
                                                                      barrier);
-        else if (rounded<T>(tail.factor) == tail.factor)
+        else if (!is_half_type<T>() || rounded<T>(tail.factor) == tail.factor)
             store_staged_as<true, true, BN, MB, kChannels, kStride>(acc, tc, stage, params,
                                                                     barrier);
         else
@@ -140,6 +140,10 @@ struct ConvStore {
         }
     }
 
+    // Tile columns col and col + 1 (col even) of a row of parameters in shared memory.
+    static __device__ __forceinline__ float2 column_pair(const float* row, int col) {
+        return *reinterpret_cast<const float2*>(row + col);
+    }
     // Chunk `chunk`'s columns (column blocks 2 chunk and 2 chunk + 1) of the accumulators into
     // the stage, finished in pairs: register j of the stmatrix of row block mb is the thread's
     // pair (columns 8 nb + 2 t, + 1 at row lane / 4 + 8 h) of column block nb = 2 chunk + j / 2,
@@ -157,9 +161,10 @@ struct ConvStore {
         V add[2], add2[2];  // column block 2 chunk + b's pair of parameters (values of T)
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
-            const int col = 8 * (2 * chunk + b) + 2 * t;
-            add[b] = Ops::rounded_pair(params[col], params[col + 1]);
-            add2[b] = Ops::rounded_pair(params[BN + col], params[BN + col + 1]);
+            const float2 p = column_pair(params, 8 * (2 * chunk + b) + 2 * t);
+            const float2 p2 = column_pair(params + BN, 8 * (2 * chunk + b) + 2 * t);
+            add[b] = Ops::rounded_pair(p.x, p.y);
+            add2[b] = Ops::rounded_pair(p2.x, p2.y);
         }
         const uint32_t to = smem_address(stage + (8 * (j / 2) + i) * kStride + tc.warp * 16 +
                                          8 * (j % 2));
@@ -194,13 +199,20 @@ struct ConvStore {
                                  int chunk, T* stage, const float* params) const {
         const float limit = kTail ? rounded<T>(tail.constant) : 0.0f;
         const int t = tc.lane % 4;
+        float2 adds[2], adds2[2];  // (all of the chunk's first: each load's latency once)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            adds[b] = column_pair(params, 8 * (2 * chunk + b) + 2 * t);
+            adds2[b] = column_pair(params + BN, 8 * (2 * chunk + b) + 2 * t);
+        }
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
             const int nb = 2 * chunk + b;
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const int col = 8 * b + 2 * t + c, tile_col = 8 * nb + 2 * t + c;
-                const float add = params[tile_col], add2 = params[BN + tile_col];
+                const int col = 8 * b + 2 * t + c;
+                const float add = c == 0 ? adds[b].x : adds[b].y;
+                const float add2 = c == 0 ? adds2[b].x : adds2[b].y;
 #pragma unroll
                 for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
@@ -240,7 +252,7 @@ struct ConvStore {
 #pragma unroll
                 for (int k = 0; k < kPixels / 64; ++k) {
                     const int p = 2 * tc.lane + 64 * k;
-                    if (exists && p + 1 < tc.rows) *reinterpret_cast<Bits*>(to + p) = v[row][k];
+                    if (exists && p + 1 < tc.rows) store_pair_bits(to + p, v[row][k]);
                     // (A row of an odd number of pixels: its last alone, the next not ours.)
                     if (exists && p + 1 == tc.rows) {
                         LowBits low;

@@ -117,6 +117,16 @@ struct alignas(2 * sizeof(T)) Pair {
     T lo, hi;
 };
 
+// A pair's bits (uint2: two floats; uint32_t: two 16-bit values) stored to global memory as
+// one access, p aligned to its size. (The 8-byte store is spelled out: left to itself, the
+// compiler split some of v4's into two 4-byte stores, each touching as many sectors.)
+__device__ __forceinline__ void store_pair_bits(void* p, uint2 v) {
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+}
+__device__ __forceinline__ void store_pair_bits(void* p, uint32_t v) {
+    *static_cast<uint32_t*>(p) = v;
+}
+
 // Four consecutive elements as one load or store of 4 * sizeof(T) bytes (16 for float, 8 for
 // the half types): p must be aligned to that (vector_aligned, checked by the launchers).
 template <class T>
