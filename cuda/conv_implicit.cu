@@ -6,7 +6,8 @@
 // k = tap * cin_pad + ci with tap = r * S + s and cin_pad = Cin rounded up to 8 (so a thread's
 // 8 consecutive k, see tf32x3.cuh, are 8 channels of one tap). A[m][k] is the input value
 // under tap (r, s) of pixel m in channel ci, read straight from the NCHW input: the im2col
-// matrix of conv_im2col.cu is never written. B = the weights, packed once per call.
+// matrix of conv_im2col.cu is never written. B = the weights, packed once per call. The
+// store, + bias or P31's tail, is conv_store.cuh's.
 //
 // Versions (conv2d's algorithm="implicit_gemm"; conv_im2col.cu + gemm.cu stay the
 // educational "im2col_gemm" path):

@@ -62,7 +62,7 @@ constexpr int kRowBytes = 128;  // a swizzled row: one pixel's (or output channe
 constexpr int kHaloRows = 8;    // rows an A box may have past its tile's, for its later taps
 using resident_b::kMaxSmemBytes;  // (the dynamic shared memory a launch may ask)
 
-// The store (conv_implicit.cu's ConvStore::store_staged): kStoreChannels output channels at a
+// The store (conv_store.cuh's ConvStore::store_staged): kStoreChannels output channels at a
 // time through a consumer's own stage of that many rows of the tile's pixels, each row padded
 // by 16 bytes: stmatrix's 16-byte rows of 8 channels then fall in 8 different groups of 4
 // banks, and float's scalar stores (rows 4 words (mod 16) apart) in 32 different banks.
