@@ -111,12 +111,6 @@ __device__ __forceinline__ uint32_t pair_bits(V v) {
 template <class T>
 __host__ __device__ constexpr bool is_half_type() { return sizeof(T) == 2; }
 
-// Two consecutive elements moved as one access (aligned to their size together).
-template <class T>
-struct alignas(2 * sizeof(T)) Pair {
-    T lo, hi;
-};
-
 // A pair's bits (uint2: two floats; uint32_t: two 16-bit values) stored to global memory as
 // one access, p aligned to its size. (The 8-byte store is spelled out: left to itself, the
 // compiler split some of v4's into two 4-byte stores, each touching as many sectors.)

@@ -145,36 +145,34 @@ __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
         // Consecutive threads take consecutive chunks (c fastest): a warp stores 4 whole
         // 128-byte rows of each tile (with n fastest, each store touched 32 rows, 16 bytes
         // apiece, and packing a large B ran at a fifth of the copy rate).
-        {
-            const int c = item % 8, n = item / 8;
-            if constexpr (Operand<Op>::kNative16) {  // exact: Source widened an Op value
-                uint4 chunk;
-                Op* values = reinterpret_cast<Op*>(&chunk);
+        const int c = item % 8, n = item / 8;
+        if constexpr (Operand<Op>::kNative16) {  // exact: Source widened an Op value
+            uint4 chunk;
+            Op* values = reinterpret_cast<Op*>(&chunk);
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    values[j] = from_float<Op>(src(entry, tile * BN + n,
-                                                   kb * Operand<Op>::kBlockK +
-                                                       packed_k<Op, kNaturalK>(8 * c + j)));
-                *reinterpret_cast<uint4*>(tiles + packed_offset<Op>(n, 8 * c)) = chunk;
-            } else {
-                uint32_t big[4], small[4], cross[4];
+            for (int j = 0; j < 8; ++j)
+                values[j] = from_float<Op>(src(entry, tile * BN + n,
+                                               kb * Operand<Op>::kBlockK +
+                                                   packed_k<Op, kNaturalK>(8 * c + j)));
+            *reinterpret_cast<uint4*>(tiles + packed_offset<Op>(n, 8 * c)) = chunk;
+        } else {
+            uint32_t big[4], small[4], cross[4];
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int k = kb * kBlockK + packed_k<float, kNaturalK>(4 * c + j);
-                    const Tf32Split p = split_tf32(src(entry, tile * BN + n, k));
-                    big[j] = p.big;
-                    small[j] = p.small;
-                    cross[j] = p.cross;
-                    nonfinite = nonfinite || p.cross != p.big;
-                }
-                const int offset = packed_offset(n, 4 * c);
-                *reinterpret_cast<uint4*>(tiles + offset) =
-                    make_uint4(big[0], big[1], big[2], big[3]);
-                *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
-                    make_uint4(small[0], small[1], small[2], small[3]);
-                *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
-                    make_uint4(cross[0], cross[1], cross[2], cross[3]);
+            for (int j = 0; j < 4; ++j) {
+                const int k = kb * kBlockK + packed_k<float, kNaturalK>(4 * c + j);
+                const Tf32Split p = split_tf32(src(entry, tile * BN + n, k));
+                big[j] = p.big;
+                small[j] = p.small;
+                cross[j] = p.cross;
+                nonfinite = nonfinite || p.cross != p.big;
             }
+            const int offset = packed_offset(n, 4 * c);
+            *reinterpret_cast<uint4*>(tiles + offset) =
+                make_uint4(big[0], big[1], big[2], big[3]);
+            *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
+                make_uint4(small[0], small[1], small[2], small[3]);
+            *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
+                make_uint4(cross[0], cross[1], cross[2], cross[3]);
         }
     }
     const int block_nonfinite = __syncthreads_or(nonfinite);
