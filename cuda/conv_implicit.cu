@@ -37,7 +37,7 @@
 #include <type_traits>
 
 #include "conv_implicit.cuh"
-#include "conv_implicit_staged_a.cuh"
+#include "conv_implicit_staged_a_launch.cuh"
 #include "conv_store.cuh"
 #include "tensor_core_launch.cuh"
 #include "wgmma_resident_b.cuh"
@@ -63,9 +63,6 @@ constexpr int kGroup = 9, kGroupFrom = 18;
 // P31 bf16 took 2.013 ms against the ring kernel's 1.854, with 3 1.555 (H100, one call; the
 // register limit of 384 threads, 168, holds the 160 the kernel needs).
 constexpr int kResidentWarpgroups = 3;
-
-// v4 (conv_implicit_staged_a.cuh): tiles of 128 pixels of an output row.
-constexpr int kStagedMB = 2;
 
 int tile_width(int out_channels) { return out_channels <= kNarrowBN ? kNarrowBN : kWideBN; }
 
@@ -121,7 +118,7 @@ cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batc
                 x, static_cast<T*>(channels_last), batch, g.channels, g.height * g.width,
                 std::is_same_v<T, float>, stream);
             if (err != cudaSuccess) return err;
-            return staged_a::launch<BN, kStagedMB, Op>(
+            return staged_a::launch<BN, Op>(
                 channels_last, g, batch, packed, staged_layout<Op>(g, out_channels, BN),
                 staged_cblocks<Op>(g), store, stream);
         }

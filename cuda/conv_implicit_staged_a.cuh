@@ -11,8 +11,9 @@
 // falls in the padding. The copy is one pass over the input; in TF32 it also rounds each
 // value to the nearest TF32 (wgmma would truncate).
 //
-// The GEMM. A tile is kTileRows = 64 MB output pixels of one output row (n, oh, ow0 ..);
-// those past the row's end are computed from zeros and not stored (TileCoords::rows). Row i
+// The GEMM. A tile is kTileRows = 64 MB output pixels of one output row (n, oh, ow0 ..; MB 2,
+// or 1 where that fills the GPU better: conv_implicit_staged_a_launch.cuh's launch); those
+// past the row's end are computed from zeros and not stored (TileCoords::rows). Row i
 // of A's k-block (tap (r, s), channel block cb) is x[n][oh + r dil_h - pad_h]
 // [ow0 + i + s dil_w - pad_w][cb kBlockK + c], c < kBlockK: with stride 1, the box
 // {kBlockK, kTileRows, 1, 1} at (cb kBlockK, ow0 + s dil_w - pad_w, oh + r dil_h - pad_h, n),
@@ -36,7 +37,6 @@
 // bf16 0.38 ms of products alone against 1.10 ms with the stores).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -323,77 +323,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // reaching here would be a bug: fail loudly.
     __trap();
 #endif
-}
-
-template <int BN, int MB, bool kResidentB, class Op, class Epilogue>
-cudaError_t launch_as(const void* x_channels_last, const Conv2dGeometry& g, int batch,
-                      const uint8_t* packed, const PackedB& layout, int cblocks,
-                      const Epilogue& epilogue, cudaStream_t stream) {
-    using Cfg = Config<BN, MB, kResidentB, Op>;
-    auto kernel = staged_a_kernel<BN, MB, kResidentB, Op, Epilogue>;
-    static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
-    cudaError_t err = once_per_device(smem_set_on, [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kMaxSmemBytes);
-    });
-    if (err != cudaSuccess) return err;
-    Params params;
-    Walk& w = params.walk;
-    w.taps_a = (g.kernel_w - 1) * g.dil_w <= kHaloRows ? g.kernel_w : 1;
-    const int box_rows = Cfg::kTileRows + (w.taps_a - 1) * g.dil_w;
-    constexpr uint64_t kBytes = sizeof(Op);  // (float: TF32 values, rounded by the copy)
-    const uint64_t dims[4] = {static_cast<uint64_t>(g.channels), static_cast<uint64_t>(g.width),
-                              static_cast<uint64_t>(g.height), static_cast<uint64_t>(batch)};
-    const uint64_t strides[3] = {dims[0] * kBytes, dims[0] * dims[1] * kBytes,
-                                 dims[0] * dims[1] * dims[2] * kBytes};
-    const uint32_t box[4] = {static_cast<uint32_t>(tc::Operand<Op>::kBlockK),
-                             static_cast<uint32_t>(box_rows), 1, 1};
-    err = make_tensor_map_4d(&params.a_map, x_channels_last, static_cast<int>(kBytes), dims,
-                             strides, box);
-    if (err != cudaSuccess) return err;
-    w.batch = batch;
-    w.out_h = g.out_h;
-    w.out_w = g.out_w;
-    w.row_tiles = (g.out_w + Cfg::kTileRows - 1) / Cfg::kTileRows;
-    w.n_tiles = layout.n_tiles;
-    w.cblocks = cblocks;
-    w.num_kb = layout.num_kb;
-    w.kernel_w = g.kernel_w;
-    w.dil_h = g.dil_h;
-    w.dil_w = g.dil_w;
-    w.pad_h = g.pad_h;
-    w.pad_w = g.pad_w;
-    w.groups = g.kernel_w / w.taps_a;
-    w.a_loads = g.kernel_h * w.groups * cblocks;
-    w.box_bytes = box_rows * kRowBytes;
-    const long long tiles =
-        static_cast<long long>(batch) * g.out_h * w.row_tiles * layout.n_tiles;
-    if (tiles > kMaxInt32Count) return cudaErrorInvalidValue;
-    w.tiles = static_cast<int>(tiles);
-    if (tiles == 0) return cudaSuccess;
-    params.packed_b = packed;
-    params.b_stage_bytes = layout.stage_bytes();
-    const long long workers = (tiles + kConsumers - 1) / kConsumers;
-    const int ctas = workers < sm_count() ? static_cast<int>(workers) : sm_count();
-    kernel<<<ctas, kThreads, Cfg::smem_bytes(layout.num_kb), stream>>>(params, epilogue);
-    return cudaGetLastError();
-}
-
-// One launch: x_channels_last is the (batch, H, W, Cin) copy of the input (elements of Op's
-// width), packed the weights by pack_b<BN, Op, true> with k-blocks of whole taps (cblocks a
-// tap). Returns cudaErrorInvalidValue where the tensor map cannot describe the copy (its
-// strides are not multiples of 16 bytes) or there are 2^31 tiles or more.
-template <int BN, int MB, class Op, class Epilogue>
-cudaError_t launch(const void* x_channels_last, const Conv2dGeometry& g, int batch,
-                   const uint8_t* packed, const PackedB& layout, int cblocks,
-                   const Epilogue& epilogue, cudaStream_t stream) {
-    if constexpr (tc::Operand<Op>::kNative16)  // (TF32's B is twice as large: never resident)
-        if (layout.n_tiles == 1 &&
-            Config<BN, MB, true, Op>::smem_bytes(layout.num_kb) <= kMaxSmemBytes)
-            return launch_as<BN, MB, true, Op>(x_channels_last, g, batch, packed, layout,
-                                               cblocks, epilogue, stream);
-    return launch_as<BN, MB, false, Op>(x_channels_last, g, batch, packed, layout, cblocks,
-                                        epilogue, stream);
 }
 
 }  // namespace staged_a

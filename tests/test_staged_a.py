@@ -4,13 +4,16 @@ conv2d_implicit_stages_a holds: the wgmma engine, a single-product mode (TF32 un
 switch and the TF32 rule, fp16, bf16), stride 1, Cin of at least one 128-byte k-block (32 in
 TF32, 64 in 16 bits) with a channel row a multiple of 16 bytes.
 
-The shapes reach each edge of it: output rows shorter and longer than a 128-pixel tile, channels
-past the last whole k-block (read as zeros), padding and dilation (taps outside the image), two
-column tiles, batch 1, 1x1 and 5x5 kernels, P31's tail. The TF32 results are held to the
+The shapes reach each edge of it: output rows shorter and longer than a tile, channels past the
+last whole k-block (read as zeros), padding and dilation (taps outside the image), two column
+tiles, batch 1, 1x1 and 5x5 kernels, P31's tail, and both tile sizes (128 pixels where they fill
+the GPU, 64 where they would not). The TF32 results are held to the
 arithmetic v4 claims: operands rounded to the nearest TF32, products summed in fp32. Against
 float64 on the rounded operands they are then within 2e-5 (the tensor cores' fp32 sums, a
 truncation per k-step of 8 at most: 225 steps at K = 1800); an operand truncated instead of
 rounded puts them about 1e-4 away even at K = 128. The profiler shows that v4 ran."""
+
+import re
 
 import pytest
 import torch
@@ -34,9 +37,10 @@ CASES = [
     ((2, 72, 11, 13), (200, 72, 5, 5), 2, 1),     # channels past a whole block; 2 column tiles
     ((1, 128, 6, 200), (33, 128, 1, 1), 0, 1),    # 1x1
     ((3, 128, 5, 5), (128, 128, 3, 3), 1, 3),     # dilation: most taps outside the image
+    ((3, 64, 100, 130), (96, 64, 3, 3), 1, 1),    # enough 128-pixel tiles to fill the GPU
     ((1, 40, 17, 33), (70, 40, 3, 3), 2, 2),      # TF32 only (Cin < 64: half runs v2)
 ]
-IDS = ["short-row", "long-row", "partial-block-2-tiles", "1x1", "dilated", "cin40"]
+IDS = ["short-row", "long-row", "partial-block-2-tiles", "1x1", "dilated", "many-tiles", "cin40"]
 
 
 def tf32_nearest(t):
@@ -51,6 +55,16 @@ def ran_v4(call):
         call()
         torch.cuda.synchronize()
     return any(KERNEL in e.key for e in prof.key_averages())
+
+
+def tile_pixels_ran(call):
+    """The tile sizes (pixels of an output row) of the v4 kernels that `call` launched:
+    staged_a_kernel<BN, MB, ...> tiles 64 MB pixels."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return {64 * int(m.group(1)) for e in prof.key_averages()
+            if (m := re.search(KERNEL + r"<\d+, (\d+),", e.key))}
 
 
 @pytest.fixture
@@ -110,6 +124,17 @@ def test_p31_tail_and_nan(tf32_allowed, dtype):
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(out, ref, atol=tol, rtol=tol, equal_nan=True)
     assert ran_v4(call)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["tf32", "bf16"])
+def test_tile_size_fills_the_gpu(tf32_allowed, dtype):
+    """128-pixel tiles where there are enough of them for every consumer warpgroup of a full
+    grid (the many-tiles case: 600 of them), 64-pixel ones where there are not (long-row: 40)."""
+    for (x_shape, w_shape, padding, dilation), pixels in [(CASES[5], 128), (CASES[1], 64)]:
+        x = rand(*x_shape, low=0.0, dtype=dtype)
+        w = (rand(*w_shape) / 24).to(dtype)
+        call = lambda: scratchops.conv2d(x, w, None, 1, padding, dilation)  # noqa: E731
+        assert tile_pixels_ran(call) == {pixels}
 
 
 def test_not_staged_where_the_rule_says_no(tf32_allowed):
