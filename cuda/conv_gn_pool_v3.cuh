@@ -36,10 +36,11 @@ namespace conv_gn_pool {
 // Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
 // a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v2 otherwise.
 // Element types: the input, weights and parameters of type T. fp16 and bf16 values are TF32
-// values, so the same 3xTF32 products are exact products summed in fp32 (their small parts
-// are 0); the weights are re-laid from the weight tensor itself (relay_weights_of), the halo
-// copied as T and widened as it is split, and the staged tile rounded as torch's conv2d
-// rounds it in T (stage_tile); the finalize rounds the rest (conv_gn_pool_finalize.cuh).
+// values, so their one TF32 product (tile_products_single: 3xTF32's other two are 0) is the
+// exact product, summed in fp32; the weights are re-laid from the weight tensor itself
+// (relay_weights_of), the halo copied as T and widened as it is split, and the staged tile
+// rounded as torch's conv2d rounds it in T (stage_tile); the finalize rounds the rest
+// (conv_gn_pool_finalize.cuh).
 // (3) A tile's products, one k-step a tap: the thread's A registers are channels quad_col
 // and quad_col + 4 of tap j at its two rows' pixels (halo byte offsets row_at), then 3
 // wgmmas. In a tile of finite values (all but those with an Inf or NaN input) and finite
@@ -114,6 +115,49 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
     pin_registers(acc_cross);
 }
 
+// (3') The half types' products. A half value is a TF32 value with no small part, and so is
+// each half weight: of 3xTF32's three products only big * big is not zero, and it alone is
+// the same sum (an Inf or NaN multiplies as in torch's fp32 arithmetic: with one product
+// there is no split to guard). One wgmma a tap instead of three; tap j + 1's registers are
+// loaded before tap j's wgmma is issued (three buffers), as in the finite tiles above.
+template <int kAcc>
+__device__ __forceinline__ void tile_products_single(float (&acc)[kAcc], const uint8_t* halo,
+                                                     const int (&row_at)[2],
+                                                     const V3Shape& shape, uint64_t desc0) {
+    using Mma = WgmmaTf32Rs<kBN>;
+    uint32_t a[3][4];  // [buffer][wgmma register]: the big part (the value itself)
+    auto load_tap = [&](int j, uint32_t (&buf)[4]) {
+        const int tap_at = shape.tap_offset[j] * kHaloPixelBytes;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint2 v = *reinterpret_cast<const uint2*>(halo + row_at[h] + tap_at);
+            buf[h] = v.x;      // channel t: logical column t
+            buf[2 + h] = v.y;  // channel t + 4: column t + 4
+        }
+    };
+    load_tap(0, a[0]);
+#pragma unroll
+    for (int j = 0; j < kV3MaxTaps; ++j) {
+        if (j < shape.taps) {
+            uint32_t (&buf)[4] = a[j % 3];
+            if (j + 1 < shape.taps) load_tap(j + 1, a[(j + 1) % 3]);
+            constexpr int kTile = V3WeightStage::kTileBytes / 16;  // (as tile_products)
+            const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
+            pin_registers(buf);
+            pin_registers(acc);
+            wgmma_fence();
+            Mma::mma(acc, buf, desc_big, j > 0);
+            wgmma_commit();
+            wgmma_wait<1>();  // tap j - 1's wgmma is done: its buffer is free
+            pin_registers(a[(j + 2) % 3]);
+        }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int b = 0; b < 3; ++b) pin_registers(a[b]);
+    pin_registers(acc);
+}
+
 // Each warpgroup takes tiles first, first + step, ...: per tile (1) split the landed halo,
 // (2) start the next tile's copies, (3) the products, (4) the tile staged, (5) and (6) the
 // extremes and statistics (the steps' comments say what each synchronises).
@@ -185,7 +229,11 @@ __global__ void __launch_bounds__(kV3Threads, 1)
         if (tile + step < total_tiles) fetch(tile + step);
         // (3)
         float acc_big[kAcc], acc_cross[kAcc];
-        if (finite_tile && !b_cross_tile)
+        if constexpr (is_half_type<T>()) {
+            tile_products_single(acc_big, my.halo, row_at, shape, desc0);
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) acc_cross[i] = 0.0f;  // (stage_tile adds the two)
+        } else if (finite_tile && !b_cross_tile)
             tile_products<true>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
         else
             tile_products<false>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
