@@ -23,9 +23,10 @@ namespace conv_gn_pool {
 //            once into TF32 big / small / cross and stored channel-last. v2 split every im2col
 //            value (each input value 9 times for a 3 x 3 kernel) and gathered it with its own
 //            load; here a thread's A registers are two-value shared loads.
-//   mma      both operands' products in two accumulators: the cross terms in one, big * big
-//            in the other, added once at the end (the cross terms never meet the large
-//            running sum inside the tensor cores' truncating accumulation).
+//   mma      (float; the half types: (3') below) both operands' products in two
+//            accumulators: the cross terms in one, big * big in the other, added once at the
+//            end (the cross terms never meet the large running sum inside the tensor cores'
+//            truncating accumulation).
 //   epilogue the tile goes through shared memory as [channel][pixel]; a thread then owns one
 //            (channel, pooling window) at a time: four 16-byte loads and the window's extreme;
 //            the channel's mean and centred sum of squares over the tile, in two passes whose
@@ -41,7 +42,7 @@ namespace conv_gn_pool {
 // (relay_weights_of), the halo copied as T and widened as it is split, and the staged tile
 // rounded as torch's conv2d rounds it in T (stage_tile); the finalize rounds the rest
 // (conv_gn_pool_finalize.cuh).
-// (3) A tile's products, one k-step a tap: the thread's A registers are channels quad_col
+// (3) A float tile's products, one k-step a tap: the thread's A registers are channels quad_col
 // and quad_col + 4 of tap j at its two rows' pixels (halo byte offsets row_at), then 3
 // wgmmas. In a tile of finite values (all but those with an Inf or NaN input) and finite
 // weights (kFinite), the cross parts are the big parts, so a tap needs two parts of A, B's

@@ -258,9 +258,10 @@ __device__ __forceinline__ void fetch_halo(int tile, const T* x, T* raw,
     cp_async_commit();
 }
 
-// The landed halo (raw, of type T) split into TF32 big / small / cross, channel-last (a half
-// value is a TF32 value: its small part is 0); returns whether every value this thread split
-// is finite (its cross part is then its big part).
+// The landed halo (raw, of type T) split into TF32 big / small / cross, channel-last; returns
+// whether every value this thread split is finite (its cross part is then its big part). A
+// half value is a TF32 value with no small part, and the half types' one product
+// (tile_products_single) reads the big part alone: only it is written.
 template <class T>
 __device__ __forceinline__ bool split_halo(WarpgroupSmem& my, const int4* halo_plan,
                                            int raw_channel, int wtid) {
@@ -275,10 +276,12 @@ __device__ __forceinline__ bool split_halo(WarpgroupSmem& my, const int4* halo_p
             const Tf32Split hi = split_tf32_truncated(to_float(raw[from + 4 * raw_channel]));
             finite = finite && lo.cross == lo.big && hi.cross == hi.big;
             *reinterpret_cast<uint2*>(my.halo + at) = make_uint2(lo.big, hi.big);
-            *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =
-                make_uint2(lo.small, hi.small);
-            *reinterpret_cast<uint2*>(my.halo + 2 * kHaloArrayBytes + at) =
-                make_uint2(lo.cross, hi.cross);
+            if constexpr (!is_half_type<T>()) {
+                *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =
+                    make_uint2(lo.small, hi.small);
+                *reinterpret_cast<uint2*>(my.halo + 2 * kHaloArrayBytes + at) =
+                    make_uint2(lo.cross, hi.cross);
+            }
         }
     }
     return finite;

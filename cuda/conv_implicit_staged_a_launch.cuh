@@ -86,21 +86,34 @@ cudaError_t launch_rows(const void* x_channels_last, const Conv2dGeometry& g, in
                                         epilogue, stream);
 }
 
+// Whether 64-pixel tiles (MB 1) beat 128-pixel ones (MB 2): a consumer walks every
+// (kConsumers x SMs)-th tile, so the slowest walks ceil(tiles / (kConsumers SMs)) tiles. A
+// 64-pixel tile costs more a pixel (8 halo rows on 64, and its store's fixed cost a tile:
+// docs/notes.md, "Three consumers on 64-pixel tiles"), so it is taken only where it shortens
+// the slowest walk by a quarter or more: at batch 1, P31's 126 output rows are 126 tiles of
+// 128 pixels, 63 CTAs on 132 multiprocessors (the slowest walk 128 pixels), or 252 of 64, 126
+// CTAs (64 pixels); at batch 128 16,128 or 32,256 tiles, walks of 7,936 and 7,872 pixels, so
+// 128. Rows of at most 64 pixels always take 64 (a 128-pixel tile would be half padding).
+inline bool small_tiles(const Conv2dGeometry& g, int batch, int n_tiles) {
+    const long long slots = static_cast<long long>(kConsumers) * sm_count();
+    auto slowest_walk = [&](int tile_rows) {
+        return (tile_count(g, batch, n_tiles, tile_rows) + slots - 1) / slots * tile_rows;
+    };
+    return 4 * slowest_walk(64) <= 3 * slowest_walk(128);
+}
+
 // One launch: x_channels_last is the (batch, H, W, Cin) copy of the input (elements of Op's
 // width), packed the weights by pack_b<BN, Op, true> with k-blocks of whole taps (cblocks a
 // tap). Returns cudaErrorInvalidValue where the tensor map cannot describe the copy (its
-// strides are not multiples of 16 bytes) or there are 2^31 tiles or more.
-// The tile: 128 pixels of an output row, or 64 where 128-pixel tiles would not give every
-// consumer warpgroup of a full grid one: at batch 1, P31's 126 output rows are 126 tiles of
-// 128, 63 CTAs on 132 multiprocessors, the other 69 idle; in tiles of 64 they are 252 tiles,
-// 126 CTAs, each consumer's walk half as long. (Where the grid is full the 128-pixel tile is
-// the better one: half the halo rows a pixel, one channel-parameter load per 128 rows.)
+// strides are not multiples of 16 bytes) or there are 2^31 tiles or more. The tile: 128
+// pixels of an output row, or 64 where small_tiles says.
 template <int BN, class Op, class Epilogue>
 cudaError_t launch(const void* x_channels_last, const Conv2dGeometry& g, int batch,
                    const uint8_t* packed, const PackedB& layout, int cblocks,
                    const Epilogue& epilogue, cudaStream_t stream) {
-    if (tile_count(g, batch, layout.n_tiles, Config<BN, 2, false, Op>::kTileRows) <
-        static_cast<long long>(kConsumers) * sm_count())
+    static_assert(Config<BN, 1, false, Op>::kTileRows == 64 &&
+                  Config<BN, 2, false, Op>::kTileRows == 128, "small_tiles' tile sizes");
+    if (small_tiles(g, batch, layout.n_tiles))
         return launch_rows<BN, 1, Op>(x_channels_last, g, batch, packed, layout, cblocks,
                                       epilogue, stream);
     return launch_rows<BN, 2, Op>(x_channels_last, g, batch, packed, layout, cblocks, epilogue,

@@ -58,7 +58,8 @@ inline cudaError_t make_tensor_map_4d(CUtensorMap* map, const void* base, int el
 
 // The box of `map` whose first element is at coordinates (c0, c1, c2, c3) (dims[0] first; any
 // of them may be negative or past the end, but the box's address must be a multiple of 16
-// bytes: c0 a multiple of 16 bytes' elements, or the copy dies with an illegal instruction)
+// bytes, so c0 times the element's bytes a multiple of 16: PTX ISA, tensor tiled mode,
+// "Bounding Box"; otherwise the copy dies with an illegal instruction)
 // copied to dst (1024-byte aligned for the swizzle);
 // its bytes, the whole box's whatever lies outside, count on `bar` (complete_tx).
 __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1,
