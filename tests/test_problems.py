@@ -104,3 +104,44 @@ def test_p85_one_pass_rule_both_sides(hw, pool, cout, covered):
     assert model_new.one_pass_covers(x) == covered
     with torch.no_grad():
         assert_matches(model_new(x), model(x), copy.deepcopy(model).double()(x.double()))
+
+
+def test_member_is_getattr():
+    """members.member (ModelNew's lookups of its parameters and submodules) returns what
+    getattr returns: a parameter, a bias of None, a submodule, a buffer, a parametrized weight
+    (a property, its parameter moved away), a plain tensor put where a parameter was, and the
+    tensors torch.func.functional_call swaps in, where a forward reads them."""
+    import torch.nn.utils.parametrize as parametrize
+    from scratchops.problems.members import member
+
+    class Negate(torch.nn.Module):
+        def forward(self, w):
+            return -w
+
+    model = PROBLEMS["p31"].ModelNew(*PROBLEMS["p31"].get_init_inputs())
+    model.register_buffer("counts", torch.arange(3))
+    conv = model.conv
+    assert member(model, "conv") is conv and member(model, "counts") is model.counts
+    assert member(conv, "weight") is conv.weight and member(model, "bias") is model.bias
+    no_bias = torch.nn.Conv2d(3, 4, 3, bias=False)
+    assert member(no_bias, "bias") is None
+    parametrize.register_parametrization(conv, "weight", Negate())
+    assert torch.equal(member(conv, "weight"), conv.weight)
+    assert torch.equal(member(conv, "weight"), -conv.parametrizations.weight.original)
+    del no_bias.weight
+    no_bias.weight = torch.ones(4, 3, 3, 3)
+    assert member(no_bias, "weight") is no_bias.weight
+
+    swapped = torch.full_like(model.bias, 7.0)
+    seen = []
+    forward = type(model).forward
+
+    def spy(self, x):
+        seen.append(member(self, "bias"))
+        return x
+    type(model).forward = spy
+    try:
+        torch.func.functional_call(model, {"bias": swapped}, (torch.zeros(1),))
+    finally:
+        type(model).forward = forward
+    assert seen[0] is swapped
