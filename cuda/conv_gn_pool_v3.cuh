@@ -23,7 +23,7 @@ namespace conv_gn_pool {
 //            once into TF32 big / small / cross and stored channel-last. v2 split every im2col
 //            value (each input value 9 times for a 3 x 3 kernel) and gathered it with its own
 //            load; here a thread's A registers are two-value shared loads.
-//   mma      (float; the half types: (3') below) both operands' products in two
+//   mma      (float; the half types: one product, (3)) both operands' products in two
 //            accumulators: the cross terms in one, big * big in the other, added once at the
 //            end (the cross terms never meet the large running sum inside the tensor cores'
 //            truncating accumulation).
@@ -37,27 +37,38 @@ namespace conv_gn_pool {
 // Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
 // a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v2 otherwise.
 // Element types: the input, weights and parameters of type T. fp16 and bf16 values are TF32
-// values, so their one TF32 product (tile_products_single: 3xTF32's other two are 0) is the
+// values, so their one TF32 product (tile_products: 3xTF32's other two are 0) is the
 // exact product, summed in fp32; the weights are re-laid from the weight tensor itself
 // (relay_weights_of), the halo copied as T and widened as it is split, and the staged tile
 // rounded as torch's conv2d rounds it in T (stage_tile); the finalize rounds the rest
 // (conv_gn_pool_finalize.cuh).
-// (3) A float tile's products, one k-step a tap: the thread's A registers are channels quad_col
-// and quad_col + 4 of tap j at its two rows' pixels (halo byte offsets row_at), then 3
-// wgmmas. In a tile of finite values (all but those with an Inf or NaN input) and finite
-// weights (kFinite), the cross parts are the big parts, so a tap needs two parts of A, B's
-// big tile serves its cross terms, and tap j + 1's registers are loaded before tap j's
-// wgmmas are issued (three buffers): the loads' latency hides behind the wait for tap j - 1,
-// instead of stalling the next wgmma. Other tiles load all three parts of a tap just before
-// its wgmmas and wait for them, one tap at a time.
-template <bool kFinite, int kAcc>
+// (3) A tile's products, one k-step a tap: the thread's A registers are channels quad_col
+// and quad_col + 4 of tap j at its two rows' pixels (halo byte offsets row_at), then the
+// wgmmas of kParts parts of A:
+// - 3 (a float tile with an Inf or NaN, or non-finite weights): big, small and cross, three
+//   wgmmas, all three parts of a tap loaded just before its wgmmas and waited for, one tap at
+//   a time;
+// - 2 (a float tile of finite values and finite weights): the cross parts are the big parts,
+//   so a tap needs two parts of A and B's big tile serves its cross terms;
+// - 1 (the half types): a half value and a half weight are TF32 values with no small part,
+//   so of the three products only big * big is not zero, and it alone is the same sum (an Inf
+//   or NaN multiplies as in torch's fp32 arithmetic: with one product there is no split to
+//   guard); acc_cross is left 0.
+// With 1 or 2 parts, tap j + 1's registers are loaded before tap j's wgmmas are issued (three
+// buffers): the loads' latency hides behind the wait for tap j - 1, instead of stalling the
+// next wgmma.
+template <int kParts, int kAcc>
 __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&acc_cross)[kAcc],
                                               const uint8_t* halo, const int (&row_at)[2],
                                               const V3Shape& shape, uint64_t desc0,
                                               bool b_cross_tile) {
     using Mma = WgmmaTf32Rs<kBN>;
-    constexpr int kParts = kFinite ? 2 : 3;  // big, small (, cross)
-    constexpr int kBuffers = kFinite ? 3 : 1;
+    constexpr bool kPrefetch = kParts < 3;  // tap j + 1 loaded under tap j's wgmmas
+    constexpr int kBuffers = kPrefetch ? 3 : 1;
+    if constexpr (kParts == 1) {
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc_cross[i] = 0.0f;  // (stage_tile adds the two)
+    }
     uint32_t a[kBuffers][kParts][4];  // [buffer][part][wgmma register]
     auto load_tap = [&](int j, uint32_t (&buf)[kParts][4]) {
         const int tap_at = shape.tap_offset[j] * kHaloPixelBytes;
@@ -71,31 +82,34 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
                 buf[part][2 + h] = v.y;  // channel t + 4: column t + 4
             }
     };
-    if (kFinite) load_tap(0, a[0]);
+    if (kPrefetch) load_tap(0, a[0]);
 #pragma unroll
     for (int j = 0; j < kV3MaxTaps; ++j) {
         if (j < shape.taps) {
             uint32_t (&buf)[kParts][4] = a[j % kBuffers];
-            if (!kFinite) load_tap(j, buf);
+            if (!kPrefetch) load_tap(j, buf);
             // Buffer (j + 1) % 3 last held tap j - 2, done since step j - 1's wait.
-            if (kFinite && j + 1 < shape.taps) load_tap(j + 1, a[(j + 1) % kBuffers]);
+            if (kPrefetch && j + 1 < shape.taps) load_tap(j + 1, a[(j + 1) % kBuffers]);
             // k-block j / 4's tiles, k-step j % 4 (32 bytes, 2 in the descriptor's 16-byte
             // units): compile-time offsets from the first tile's descriptor.
             constexpr int kTile = V3WeightStage::kTileBytes / 16;
             const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
             const uint64_t desc_small = desc_big + kTile;
-            const uint64_t desc_cross = !kFinite && b_cross_tile ? desc_big + 2 * kTile : desc_big;
+            const uint64_t desc_cross =
+                kParts == 3 && b_cross_tile ? desc_big + 2 * kTile : desc_big;
 #pragma unroll
             for (int part = 0; part < kParts; ++part) pin_registers(buf[part]);
             pin_registers(acc_big);
             pin_registers(acc_cross);
             wgmma_fence();
             const int accumulate = j > 0;  // tap 0 starts both afresh
-            Mma::mma(acc_cross, buf[1], desc_cross, accumulate);
-            Mma::mma(acc_cross, buf[kFinite ? 0 : 2], desc_small, 1);
+            if constexpr (kParts > 1) {
+                Mma::mma(acc_cross, buf[1], desc_cross, accumulate);
+                Mma::mma(acc_cross, buf[kParts == 2 ? 0 : 2], desc_small, 1);
+            }
             Mma::mma(acc_big, buf[0], desc_big, accumulate);
             wgmma_commit();
-            if (kFinite) {
+            if (kPrefetch) {
                 wgmma_wait<1>();  // tap j - 1's wgmmas are done: its buffer is free
 #pragma unroll
                 for (int part = 0; part < kParts; ++part)
@@ -114,49 +128,6 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
         for (int part = 0; part < kParts; ++part) pin_registers(a[b][part]);
     pin_registers(acc_big);
     pin_registers(acc_cross);
-}
-
-// (3') The half types' products. A half value is a TF32 value with no small part, and so is
-// each half weight: of 3xTF32's three products only big * big is not zero, and it alone is
-// the same sum (an Inf or NaN multiplies as in torch's fp32 arithmetic: with one product
-// there is no split to guard). One wgmma a tap instead of three; tap j + 1's registers are
-// loaded before tap j's wgmma is issued (three buffers), as in the finite tiles above.
-template <int kAcc>
-__device__ __forceinline__ void tile_products_single(float (&acc)[kAcc], const uint8_t* halo,
-                                                     const int (&row_at)[2],
-                                                     const V3Shape& shape, uint64_t desc0) {
-    using Mma = WgmmaTf32Rs<kBN>;
-    uint32_t a[3][4];  // [buffer][wgmma register]: the big part (the value itself)
-    auto load_tap = [&](int j, uint32_t (&buf)[4]) {
-        const int tap_at = shape.tap_offset[j] * kHaloPixelBytes;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint2 v = *reinterpret_cast<const uint2*>(halo + row_at[h] + tap_at);
-            buf[h] = v.x;      // channel t: logical column t
-            buf[2 + h] = v.y;  // channel t + 4: column t + 4
-        }
-    };
-    load_tap(0, a[0]);
-#pragma unroll
-    for (int j = 0; j < kV3MaxTaps; ++j) {
-        if (j < shape.taps) {
-            uint32_t (&buf)[4] = a[j % 3];
-            if (j + 1 < shape.taps) load_tap(j + 1, a[(j + 1) % 3]);
-            constexpr int kTile = V3WeightStage::kTileBytes / 16;  // (as tile_products)
-            const uint64_t desc_big = desc0 + ((j / 4) * 3 * kTile + 2 * (j % 4));
-            pin_registers(buf);
-            pin_registers(acc);
-            wgmma_fence();
-            Mma::mma(acc, buf, desc_big, j > 0);
-            wgmma_commit();
-            wgmma_wait<1>();  // tap j - 1's wgmma is done: its buffer is free
-            pin_registers(a[(j + 2) % 3]);
-        }
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int b = 0; b < 3; ++b) pin_registers(a[b]);
-    pin_registers(acc);
 }
 
 // Each warpgroup takes tiles first, first + step, ...: per tile (1) split the landed halo,
@@ -230,14 +201,12 @@ __global__ void __launch_bounds__(kV3Threads, 1)
         if (tile + step < total_tiles) fetch(tile + step);
         // (3)
         float acc_big[kAcc], acc_cross[kAcc];
-        if constexpr (is_half_type<T>()) {
-            tile_products_single(acc_big, my.halo, row_at, shape, desc0);
-#pragma unroll
-            for (int i = 0; i < kAcc; ++i) acc_cross[i] = 0.0f;  // (stage_tile adds the two)
-        } else if (finite_tile && !b_cross_tile)
-            tile_products<true>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
+        if constexpr (is_half_type<T>())
+            tile_products<1>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
+        else if (finite_tile && !b_cross_tile)
+            tile_products<2>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
         else
-            tile_products<false>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
+            tile_products<3>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
         // (4)
         stage_tile<T>(my, acc_big, acc_cross, t, signed_bias);
         // The next tile's copies of (2) have landed, and after this barrier every thread may

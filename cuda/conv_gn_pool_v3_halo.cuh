@@ -261,7 +261,8 @@ __device__ __forceinline__ void fetch_halo(int tile, const T* x, T* raw,
 // The landed halo (raw, of type T) split into TF32 big / small / cross, channel-last; returns
 // whether every value this thread split is finite (its cross part is then its big part). A
 // half value is a TF32 value with no small part, and the half types' one product
-// (tile_products_single) reads the big part alone: only it is written.
+// (tile_products with one part) reads the big part alone: only it is written (and the
+// return, which nothing then reads, is true).
 template <class T>
 __device__ __forceinline__ bool split_halo(WarpgroupSmem& my, const int4* halo_plan,
                                            int raw_channel, int wtid) {
@@ -274,9 +275,9 @@ __device__ __forceinline__ bool split_halo(WarpgroupSmem& my, const int4* halo_p
             const int from = halo_plan[wtid + kWarpgroupThreads * it].y;
             const Tf32Split lo = split_tf32_truncated(to_float(raw[from]));
             const Tf32Split hi = split_tf32_truncated(to_float(raw[from + 4 * raw_channel]));
-            finite = finite && lo.cross == lo.big && hi.cross == hi.big;
             *reinterpret_cast<uint2*>(my.halo + at) = make_uint2(lo.big, hi.big);
             if constexpr (!is_half_type<T>()) {
+                finite = finite && lo.cross == lo.big && hi.cross == hi.big;
                 *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =
                     make_uint2(lo.small, hi.small);
                 *reinterpret_cast<uint2*>(my.halo + 2 * kHaloArrayBytes + at) =

@@ -14,10 +14,12 @@
 namespace scratchops {
 namespace staged_a {
 
-// Tiles of `tile_rows` pixels of an output row, times the column tiles.
+// Tiles of `tile_rows` pixels an output row, and of the whole launch (times the column tiles).
+inline int row_tiles(const Conv2dGeometry& g, int tile_rows) {
+    return (g.out_w + tile_rows - 1) / tile_rows;
+}
 inline long long tile_count(const Conv2dGeometry& g, int batch, int n_tiles, int tile_rows) {
-    return static_cast<long long>(batch) * g.out_h * ((g.out_w + tile_rows - 1) / tile_rows) *
-           n_tiles;
+    return static_cast<long long>(batch) * g.out_h * row_tiles(g, tile_rows) * n_tiles;
 }
 
 template <int BN, int MB, bool kResidentB, class Op, class Epilogue>
@@ -49,7 +51,7 @@ cudaError_t launch_as(const void* x_channels_last, const Conv2dGeometry& g, int 
     w.batch = batch;
     w.out_h = g.out_h;
     w.out_w = g.out_w;
-    w.row_tiles = (g.out_w + Cfg::kTileRows - 1) / Cfg::kTileRows;
+    w.row_tiles = row_tiles(g, Cfg::kTileRows);
     w.n_tiles = layout.n_tiles;
     w.cblocks = cblocks;
     w.num_kb = layout.num_kb;
