@@ -27,7 +27,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -244,6 +244,13 @@ at::DataPtr workspace(long long bytes) {
 bool conv_tf32_allowed() { return at::globalContext().allowTF32CuDNN(at::Float32Op::CONV); }
 bool matmul_tf32_allowed() { return at::globalContext().allowTF32CuBLAS(); }
 
+// An uninitialised output of `shape` with x's dtype on x's device. The CUDA allocation itself,
+// as torch's own CUDA kernels allocate their outputs: the caller already runs at the CUDA
+// key, and at::empty would go through the dispatcher again to get here.
+Tensor new_output(const Tensor& x, IntArrayRef shape) {
+    return at::detail::empty_cuda(shape, x.scalar_type(), x.device(), std::nullopt);
+}
+
 // Every operator ends here: an output of `shape` (checked to be 32-bit addressable) on x's
 // device, which launch(output, stream) fills on x's current stream unless it is empty. A
 // workspace the launch allocates may be freed when it returns: the caching allocator hands it
@@ -254,7 +261,7 @@ Tensor launch_into(const Tensor& x, IntArrayRef shape, const char* what, Launch&
     SCRATCHOPS_ARG(c10::multiply_integers(shape) <= kMaxElements, "the ", what,
                    " output would have more than 2^31-1 elements (32-bit indexing)");
     c10::cuda::CUDAGuard guard(x.device());
-    Tensor y = at::empty(shape, x.options());
+    Tensor y = new_output(x, shape);
     if (y.numel() == 0) return y;
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
     const cudaError_t err = with_element_type(x, [&](auto element) {
@@ -669,8 +676,10 @@ Tensor channel_sums_cuda(const Tensor& x, const OptTensor& other, double factor)
     if (other.has_value()) check_grad(*other, x, x.sizes());
     return launch_into(x, {x.size(1)}, "channel sums", [&](auto e, auto* out, cudaStream_t s) {
         using T = typename decltype(e)::type;
+        const at::DataPtr partials =
+            workspace(channel_sums_workspace_bytes(p.batch, p.channels));
         return channel_sums_launch<T>(data<T>(x), data<T>(other), f32(factor), out, p.batch,
-                                      p.channels, p.size, s);
+                                      p.channels, p.size, static_cast<float*>(partials.get()), s);
     });
 }
 
@@ -709,10 +718,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> group_norm_backward_cuda(
     check_per_channel(scale, x, "scale", p.channels, x.dim());
     c10::cuda::CUDAGuard guard(x.device());
     const auto param_grad = [&](const OptTensor& param) {
-        return param.has_value() ? at::empty(param->sizes(), x.options())
-                                 : at::empty({0}, x.options());
+        static constexpr int64_t kNoElements[] = {0};
+        return new_output(x, param.has_value() ? param->sizes() : IntArrayRef(kNoElements));
     };
-    Tensor dx = at::empty(x.sizes(), x.options());
+    Tensor dx = new_output(x, x.sizes());
     Tensor dweight = param_grad(weight), dbias = param_grad(bias), dscale = param_grad(scale);
     if (p.channels == 0) return {dx, dweight, dbias, dscale};
     // (Not launch_into: an empty batch still has parameter gradients, of 0, to write.)
