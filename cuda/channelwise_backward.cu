@@ -17,12 +17,19 @@
 // min_add_mul_backward (element.cuh: rounded). The sums are float (double inside each thread,
 // below).
 //
-// Versions, one idea each (one version each here):
+// Versions, one idea each:
 //   channel_sums v1 per_channel  one block per channel walks the batch's planes of it; each
 //                                thread keeps a double sum of its elements (a thread adds up to
 //                                N*S/256 terms: 8,000 for P31's bias, where a float sum would
 //                                lose about 2^-24 * 8,000 of it), then the block adds the
-//                                threads' sums (common.cuh: block_sum) in a fixed order
+//                                threads' sums (common.cuh: block_sum) in a fixed order. One
+//                                block a channel is one a multiprocessor or fewer (P31: 128,
+//                                P85: 64, on 132): too few loads in flight, 1.7 TB/s
+//   channel_sums v2 split        v1's blocks for ranges of images, kSumBlocks blocks in all
+//                                (the number of ranges depends on the shape only, so the sums'
+//                                order does not change with the GPU), each writing its partial
+//                                sum; then one thread a channel adds its partials in range
+//                                order, in double
 //   min_add_mul_backward v1     one thread per element
 
 #include "common.cuh"
@@ -34,15 +41,23 @@ namespace {
 constexpr int kSumThreads = 256;
 constexpr int kElementThreads = 256;
 
-// Block c = blockIdx.x: planes (n, c) for n = 0 .. batch-1, each plane_size long; thread t
-// takes elements t, t + 256, ... of each. Offsets (n*C + c)*S + s < numel < 2^31.
+// Blocks of the first pass of channel_sums v2, about: enough to keep every multiprocessor of a
+// large GPU busy several times over (132 on an H200).
+constexpr int kSumBlocks = 512;
+
+// Block (c, r) = (blockIdx.x, blockIdx.y): planes (n, c) for the images n of range r,
+// [r * images, min(batch, (r + 1) * images)), each plane_size long; thread t takes elements
+// t, t + 256, ... of each. partial[c * ranges + r] = the block's sum (without factor).
+// Offsets (n*C + c)*S + s < numel < 2^31.
 template <class T>
 __global__ void __launch_bounds__(kSumThreads)
-    channel_sums_kernel(const T* __restrict__ a, const T* __restrict__ b, float factor,
-                        T* __restrict__ out, int batch, int channels, int plane_size) {
-    const int c = blockIdx.x;
+    channel_sums_kernel(const T* __restrict__ a, const T* __restrict__ b,
+                        float* __restrict__ partial, int batch, int channels, int plane_size,
+                        int images) {
+    const int c = blockIdx.x, r = blockIdx.y;
+    const int n_end = (r + 1) * images < batch ? (r + 1) * images : batch;
     double sum = 0.0;
-    for (int n = 0; n < batch; ++n) {
+    for (int n = r * images; n < n_end; ++n) {
         const int plane = (n * channels + c) * plane_size;
         for (int s = threadIdx.x; s < plane_size; s += kSumThreads) {
             const float v = to_float(a[plane + s]);
@@ -50,7 +65,31 @@ __global__ void __launch_bounds__(kSumThreads)
         }
     }
     const Sums total = block_sum<kSumThreads>({static_cast<float>(sum), 0.0f});
-    if (threadIdx.x == 0) out[c] = from_float<T>(factor * total.a);
+    if (threadIdx.x == 0) partial[c * gridDim.y + r] = total.a;
+}
+
+// out[c] = factor * (partial[c][0] + partial[c][1] + ...), in that order.
+template <class T>
+__global__ void channel_sums_finish_kernel(const float* __restrict__ partial, float factor,
+                                           T* __restrict__ out, int channels, int ranges) {
+    const unsigned c = blockIdx.x * kSumThreads + threadIdx.x;
+    if (c >= static_cast<unsigned>(channels)) return;
+    double sum = 0.0;
+    for (int r = 0; r < ranges; ++r) sum += partial[c * ranges + r];
+    out[c] = from_float<T>(factor * static_cast<float>(sum));
+}
+
+// channel_sums v2's ranges of images: kSumBlocks blocks over the channels, at most one range
+// an image, at least one.
+struct SumRanges {
+    int ranges, images;  // ranges, and images a range
+};
+SumRanges sum_ranges(int batch, int channels) {
+    int ranges = channels > 0 ? kSumBlocks / channels : 1;
+    ranges = ranges < batch ? ranges : batch;
+    ranges = ranges > 1 ? ranges : 1;
+    const int images = (batch + ranges - 1) / ranges;
+    return {images > 0 ? (batch + images - 1) / images : 1, images};
 }
 
 template <class T>
@@ -67,11 +106,22 @@ __global__ void min_add_mul_backward_kernel(const T* __restrict__ dy, const T* _
 
 }  // namespace
 
+long long channel_sums_workspace_bytes(int batch, int channels) {
+    return static_cast<long long>(channels) * sum_ranges(batch, channels).ranges * sizeof(float);
+}
+
 template <class T>
 cudaError_t channel_sums_launch(const T* a, const T* b, float factor, T* out, int batch,
-                                int channels, int plane_size, cudaStream_t stream) {
-    channel_sums_kernel<T><<<channels, kSumThreads, 0, stream>>>(a, b, factor, out, batch,
-                                                                 channels, plane_size);
+                                int channels, int plane_size, float* workspace,
+                                cudaStream_t stream) {
+    if (channels <= 0) return cudaSuccess;
+    const SumRanges r = sum_ranges(batch, channels);
+    channel_sums_kernel<T><<<dim3(channels, r.ranges), kSumThreads, 0, stream>>>(
+        a, b, workspace, batch, channels, plane_size, r.images);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    channel_sums_finish_kernel<T><<<(channels + kSumThreads - 1) / kSumThreads, kSumThreads, 0,
+                                    stream>>>(workspace, factor, out, channels, r.ranges);
     return cudaGetLastError();
 }
 
@@ -87,7 +137,7 @@ cudaError_t min_add_mul_backward_launch(const T* dy, const T* x, T* dx, int n, f
 
 #define X(T)                                                                                   \
     template cudaError_t channel_sums_launch<T>(const T*, const T*, float, T*, int, int, int,  \
-                                                cudaStream_t);                                 \
+                                                float*, cudaStream_t);                         \
     template cudaError_t min_add_mul_backward_launch<T>(const T*, const T*, T*, int, float,    \
                                                         float, cudaStream_t);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)

@@ -37,15 +37,17 @@
 //                      channels swapped): the forward's implicit GEMM on the tensor cores
 //                      (conv_implicit.cu, 3xTF32), and neither dcols nor col2im's pass.
 //                      Strided convolutions (and padding past dil*(k-1)) keep v1.
-//   weight gradient    (gemm_version = kGemmTensorCoreVersion) v1's GEMM on the tensor cores
-//   v2 split-K         (gemm v9, 3xTF32). Its reduction runs over the chunk's pixels, N*P
-//                      long, but its output is only K x Cout (5 tiles of 128 x 128 for P31):
-//                      one tile per multiprocessor would leave most of them idle. So im2col
-//                      writes the chunk's images side by side (K x chunk*P, zero-padded to a
-//                      whole number of slices), the reduction is cut into slices of
-//                      kWeightGradSlice pixels, each slice one entry of a batched GEMM (its own
-//                      partial dWᵀ), and the partials are added in slice order: many tiles per
-//                      launch, a fixed order of sums (deterministic), no atomics.
+//   weight gradient    (gemm_version = kGemmTensorCoreVersion) v1's product on the tensor
+//   v2 implicit,       cores, with neither of v1's written operands: A's rows are the taps of
+//   in slices          x read straight from NCHW (the forward's implicit GEMM with the roles
+//                      of pixels and taps swapped), B is packed straight from dy, and the half
+//                      types multiply natively on wgmma. Its reduction runs over every output
+//                      pixel of the batch, but its output is only K x Cout (5 tiles of 128 x
+//                      128 for P31): one tile per multiprocessor would leave most of them
+//                      idle. So the reduction is cut into slices of kWeightGradSlice slots,
+//                      each slice one entry of a batched product with its own partial dWᵀ, and
+//                      the partials are added in slice order: many tiles per launch, a fixed
+//                      order of sums (deterministic), no atomics (conv_weight_grad_implicit.cuh).
 
 #include "common.cuh"
 #include "launchers.h"
@@ -59,9 +61,9 @@ constexpr int kFlipThreads = 256;
 // The CUDA-core GEMM of a strided convolution's input gradient asked for on the tensor cores
 // (v1 there): the pipelined one, conv2d's im2col default.
 constexpr int kChainGemmVersion = 4;
-// Pixels per ordered partial sum of the weight gradient v2: long enough that a slice's tile
-// spends its time in the product (64 k-blocks of 32), short enough that P31's chunks give
-// hundreds of tiles.
+// Reduction slots per ordered partial sum of the weight gradient v2: long enough that a slice's
+// tile spends its time in the product (64 k-blocks of 32), short enough that P31 gives a
+// thousand slices (five tiles each).
 constexpr int kWeightGradSlice = 2048;
 
 long long round_up4(long long n) { return (n + 3) / 4 * 4; }
@@ -210,11 +212,9 @@ long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channel
         const FlippedWeights f = flipped_weights<T>(out_channels, g);
         return f.flipped + f.packed;
     }
-    if (on_tensor_cores(gemm_version) && weight) {
-        const long long fixed = weight_grad_fixed<T>(out_channels, g);
-        const long long images = sliced_images<T>(batch, out_channels, g, budget - fixed);
-        return fixed + sliced_chunk<T>(images, out_channels, g).elements();
-    }
+    if (on_tensor_cores(gemm_version) && weight)
+        return aligned_elements<T>(
+            weight_grad_workspace_bytes<T>(batch, out_channels, g, workspace_bytes));
     const GradWorkspace w = grad_workspace<T>(weight, out_channels, g);
     const long long images = chunk_images(batch, grad_shape(g), w.per_image, budget - w.fixed);
     return w.fixed + images * w.per_image;
@@ -261,8 +261,9 @@ cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int b
                                       TensorCorePath engine, T* workspace,
                                       long long workspace_elements, cudaStream_t stream) {
     if (on_tensor_cores(gemm_version))
-        return weight_grad_sliced(dy, x, dweight, batch, out_channels, g, engine, workspace,
-                                  workspace_elements, stream);
+        return weight_grad_implicit(dy, x, dweight, batch, out_channels, g, engine, workspace,
+                                    workspace_elements * static_cast<long long>(sizeof(T)),
+                                    stream);
     const GradShape s = grad_shape(g);
     const GradWorkspace w = grad_workspace<T>(true, out_channels, g);
     const long long images = chunk_images(batch, s, w.per_image, workspace_elements - w.fixed);

@@ -1,80 +1,17 @@
-// conv_backward_tensor_cores.cuh — conv_backward.cu's v2, the convolution gradients on the
-// tensor cores (the versions and their reasons are listed at the top of conv_backward.cu): the
-// input gradient as a convolution of dy on the implicit GEMM, the weight gradient in ordered
-// slices on gemm v9. Included by conv_backward.cu after the helpers both versions share
-// (GradShape, aligned_elements, the flipped weights' geometry and workspace).
+// conv_backward_tensor_cores.cuh — the convolution gradients on the tensor cores (the versions
+// and their reasons are listed at the top of conv_backward.cu): the input gradient v2, a
+// convolution of dy on the implicit GEMM, and the weight gradient v2, an implicit GEMM in
+// ordered slices (conv_weight_grad_implicit.cuh). Included by conv_backward.cu after the helpers
+// every version shares (GradShape, aligned_elements, the flipped weights' geometry and
+// workspace).
 #pragma once
+
+#include <type_traits>
+
+#include "conv_weight_grad_implicit.cuh"
 
 namespace scratchops {
 namespace {
-
-// Weight gradient v2, one chunk of `images` images: its pixels padded to whole slices, and its
-// workspace after the float accumulator: the columns side by side (K x padded), dyᵀ
-// (padded x Cout), one partial dWᵀ (K x Cout) per slice, and gemm v9's packing of dyᵀ.
-struct SlicedChunk {
-    long long padded;
-    int slices;
-    long long cols, dy_t, partials, pack;  // elements of T, each piece 16-byte aligned
-    long long elements() const { return cols + dy_t + partials + pack; }
-};
-// The batched GEMM of one chunk: entry e = slice e, partial[e] (K x Cout) = cols[:, slice e]
-// (K x kWeightGradSlice, rows `padded` apart) @ dyᵀ[slice e] (kWeightGradSlice x Cout).
-template <class T>
-GemmArgs<T> slice_gemm(const T* cols, const T* dy_t, T* partials, const GradShape& s,
-                       int out_channels, long long padded, int slices, TensorCorePath engine) {
-    GemmArgs<T> gemm{cols, dy_t, nullptr, partials, static_cast<int>(s.taps), out_channels,
-                     kWeightGradSlice, /*lda=*/static_cast<int>(padded), /*ldb=*/out_channels,
-                     /*ldc=*/out_channels, /*stride_a=*/kWeightGradSlice,
-                     /*stride_b=*/static_cast<long long>(kWeightGradSlice) * out_channels,
-                     /*stride_c=*/s.taps * out_channels, slices};
-    gemm.engine = engine;
-    return gemm;
-}
-template <class T>
-SlicedChunk sliced_chunk(long long images, int out_channels, const Conv2dGeometry& g) {
-    const GradShape s = grad_shape(g);
-    SlicedChunk c{};
-    c.slices = static_cast<int>((images * s.pixels + kWeightGradSlice - 1) / kWeightGradSlice);
-    c.padded = static_cast<long long>(c.slices) * kWeightGradSlice;
-    const long long bytes = sizeof(T);
-    c.cols = aligned_elements<T>(s.taps * c.padded * bytes);
-    c.dy_t = aligned_elements<T>(c.padded * out_channels * bytes);
-    c.partials = aligned_elements<T>(c.slices * s.taps * out_channels * bytes);
-    const GemmArgs<T> gemm = slice_gemm<T>(nullptr, nullptr, nullptr, s, out_channels, c.padded,
-                                           c.slices, TensorCorePath::kWgmma);
-    c.pack = aligned_elements<T>(
-        gemm_workspace_bytes<T>(kGemmTensorCoreVersion, gemm, 1LL << 62));
-    return c;
-}
-// Whether a chunk of `images` fits `available` elements and 32-bit offsets (the columns,
-// dyᵀ and the partials each below 2^31 elements).
-template <class T>
-bool sliced_chunk_fits(long long images, int out_channels, const Conv2dGeometry& g,
-                       long long available) {
-    const GradShape s = grad_shape(g);
-    const SlicedChunk c = sliced_chunk<T>(images, out_channels, g);
-    return c.elements() <= available && s.taps * c.padded <= kMaxInt32Count &&
-           c.padded * out_channels <= kMaxInt32Count &&
-           c.slices * s.taps * out_channels <= kMaxInt32Count;
-}
-// The most images (at least one) whose chunk fits: a binary search, the size growing with
-// the images.
-template <class T>
-long long sliced_images(int batch, int out_channels, const Conv2dGeometry& g,
-                        long long available) {
-    long long lo = 1, hi = batch > 1 ? batch : 1;
-    while (lo < hi) {
-        const long long mid = (lo + hi + 1) / 2;
-        if (sliced_chunk_fits<T>(mid, out_channels, g, available)) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
-template <class T>
-long long weight_grad_fixed(int out_channels, const Conv2dGeometry& g) {  // the accumulator
-    return aligned_elements<T>(grad_shape(g).taps * out_channels *
-                               static_cast<long long>(sizeof(float)));
-}
 
 // Input gradient v2: dx = conv2d(dy, Wf, padding dil*(k-1) - pad) on the tensor cores.
 template <class T>
@@ -100,55 +37,73 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
                                      /*group_k_blocks=*/false);
 }
 
-// Weight gradient v2: over chunks of images, the columns side by side, dyᵀ, one partial dWᵀ
-// per slice of kWeightGradSlice pixels (gemm v9), the partials added in slice order.
+// Weight gradient v2's workspace: the float accumulator dWᵀ (K x Cout), then a chunk of
+// entries (conv_wgrad::chunk_bytes) as large as `budget` bytes hold, at least one.
+inline long long weight_grad_fixed_bytes(int out_channels, const Conv2dGeometry& g) {
+    return conv_wgrad::align16(grad_shape(g).taps * out_channels *
+                               static_cast<long long>(sizeof(float)));
+}
+template <class Op>
+long long weight_grad_bytes(int batch, int out_channels, const Conv2dGeometry& g,
+                            long long budget) {
+    const conv_wgrad::Slices s = conv_wgrad::slices_of<Op>(batch, g, kWeightGradSlice);
+    const int taps = static_cast<int>(grad_shape(g).taps);
+    const long long fixed = weight_grad_fixed_bytes(out_channels, g);
+    const int entries = conv_wgrad::chunk_entries(s, taps, out_channels, budget - fixed);
+    return fixed + conv_wgrad::chunk_bytes(s, taps, out_channels, entries).total();
+}
+// What either product type needs (the call's engine picks one: tensor_cores_native16).
 template <class T>
-cudaError_t weight_grad_sliced(const T* dy, const T* x, T* dweight, int batch, int out_channels,
-                               const Conv2dGeometry& g, TensorCorePath engine, T* workspace,
-                               long long workspace_elements, cudaStream_t stream) {
-    const GradShape s = grad_shape(g);
-    const long long kc = s.taps * out_channels;
-    const long long fixed = weight_grad_fixed<T>(out_channels, g);
-    const long long images = sliced_images<T>(batch, out_channels, g, workspace_elements - fixed);
-    float* accumulator = reinterpret_cast<float*>(workspace);
-    const long long image_elements = static_cast<long long>(g.channels) * g.height * g.width;
-    cudaError_t err = cudaSuccess;
-    if (batch == 0)  // an empty batch: dW = 0 (a sum of no partials)
-        err = batch_sum_launch<T, float>(nullptr, nullptr, accumulator, 0, static_cast<int>(kc),
-                                         stream);
-    for (long long n0 = 0; n0 < batch && err == cudaSuccess; n0 += images) {
-        const int count = static_cast<int>(batch - n0 < images ? batch - n0 : images);
-        const SlicedChunk c = sliced_chunk<T>(count, out_channels, g);
-        T* cols = workspace + fixed;
-        T* dy_t = cols + c.cols;
-        T* partials = dy_t + c.dy_t;
-        T* pack = partials + c.partials;
-        const long long pixels = count * s.pixels;
-        // The padding past the chunk's pixels is zero in both operands (0 * anything left in
-        // the workspace could be NaN).
-        err = cudaMemset2DAsync(cols + pixels, c.padded * sizeof(T), 0,
-                                (c.padded - pixels) * sizeof(T), s.taps, stream);
-        if (err == cudaSuccess)
-            err = cudaMemsetAsync(dy_t + pixels * out_channels, 0,
-                                  (c.padded - pixels) * out_channels * sizeof(T), stream);
-        if (err == cudaSuccess)
-            err = im2col_side_by_side_launch(x + n0 * image_elements, cols, count, g, c.padded,
-                                             stream);
-        if (err == cudaSuccess)  // dyᵀ: image b's P x Cout block at rows b*P
-            err = transpose_launch<T, T>(dy + n0 * out_channels * s.pixels, dy_t, count,
-                                         out_channels, static_cast<int>(s.pixels), stream);
-        if (err == cudaSuccess)
-            err = gemm_launch(kGemmTensorCoreVersion,
-                              slice_gemm<T>(cols, dy_t, partials, s, out_channels, c.padded,
-                                            c.slices, engine),
-                              pack, c.pack * static_cast<long long>(sizeof(T)), stream);
-        if (err == cudaSuccess)  // accumulator += partial[0] + partial[1] + ..., in order
-            err = batch_sum_launch<T, float>(partials, n0 == 0 ? nullptr : accumulator,
-                                             accumulator, c.slices, static_cast<int>(kc), stream);
-    }
+long long weight_grad_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
+                                      long long budget) {
+    const long long as_float = weight_grad_bytes<float>(batch, out_channels, g, budget);
+    const long long as_t = weight_grad_bytes<T>(batch, out_channels, g, budget);
+    return as_float > as_t ? as_float : as_t;
+}
+
+// Weight gradient v2: the implicit GEMM over chunks of slices, each chunk's partial dWᵀ added
+// to the accumulator in slice order, then dW = the accumulator transposed, rounded to T.
+// fp32: 3xTF32, whatever torch's TF32 switches say; fp16 / bf16: their native products on
+// wgmma, else TF32 single products (exact on their values).
+template <class T>
+cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
+                                 int out_channels, const Conv2dGeometry& g,
+                                 TensorCorePath engine, void* workspace,
+                                 long long workspace_bytes, cudaStream_t stream) {
+    const int taps = static_cast<int>(grad_shape(g).taps);
+    const int kc = taps * out_channels;
+    const long long fixed = weight_grad_fixed_bytes(out_channels, g);
+    float* accumulator = static_cast<float*>(workspace);
+    uint8_t* chunk = static_cast<uint8_t*>(workspace) + fixed;
+    auto go = [&](auto kTf32, auto op) {
+        constexpr bool kT = decltype(kTf32)::value;
+        using Op = decltype(op);
+        const conv_wgrad::Slices s = conv_wgrad::slices_of<Op>(batch, g, kWeightGradSlice);
+        const int per_chunk =
+            conv_wgrad::chunk_entries(s, taps, out_channels, workspace_bytes - fixed);
+        auto* partials = reinterpret_cast<float*>(
+            chunk + conv_wgrad::chunk_bytes(s, taps, out_channels, per_chunk).packed);
+        cudaError_t err = cudaSuccess;
+        if (s.count == 0)  // an empty batch: dW = 0 (a sum of no partials)
+            err = batch_sum_launch<float, float>(nullptr, nullptr, accumulator, 0, kc, stream);
+        for (int e0 = 0; e0 < s.count && err == cudaSuccess; e0 += per_chunk) {
+            const int entries = s.count - e0 < per_chunk ? s.count - e0 : per_chunk;
+            err = conv_wgrad::product<kT, Op>(dy, x, out_channels, g, s, e0, entries, engine,
+                                              chunk, partials, stream);
+            if (err == cudaSuccess)  // accumulator += partial[0] + partial[1] + ..., in order
+                err = batch_sum_launch<float, float>(partials, e0 == 0 ? nullptr : accumulator,
+                                                     accumulator, entries, kc, stream);
+        }
+        return err;
+    };
+    cudaError_t err;
+    if constexpr (std::is_same_v<T, float>)
+        err = go(std::false_type{}, float{});
+    else
+        err = tensor_cores_native16<T>(engine) ? go(std::true_type{}, T{})
+                                               : go(std::true_type{}, float{});
     if (err != cudaSuccess) return err;
-    return transpose_launch<float, T>(accumulator, dweight, 1, static_cast<int>(s.taps),
-                                      out_channels, stream);
+    return transpose_launch<float, T>(accumulator, dweight, 1, taps, out_channels, stream);
 }
 
 }  // namespace

@@ -78,8 +78,7 @@ __global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ cols, int
 // q = t, t + T, t + 2T, ... (T = blockDim.x), i.e. output pixels p = pixel_begin + q. Its
 // (oh, ow) starts at divmod(pixel_begin + t, out_w) and moves by the constant step
 // divmod(T, out_w) with one carry, never dividing again. Each image's own K x pixel_count
-// matrix: image_stride = K * pixel_count, row_stride = pixel_count; the images side by side
-// (im2col_side_by_side_launch): image_stride = pixel_count, row_stride = the long row.
+// matrix: image_stride = K * pixel_count, row_stride = pixel_count.
 template <class T>
 __global__ void im2col_rows_kernel(const T* __restrict__ x, T* __restrict__ cols,
                                    Conv2dGeometry g, int pixel_begin, int pixel_count,
@@ -233,26 +232,9 @@ cudaError_t im2col_launch(int version, const T* x, T* cols, int batch, const Con
     }
 }
 
-template <class T>
-cudaError_t im2col_side_by_side_launch(const T* x, T* cols, int batch, const Conv2dGeometry& g,
-                                       long long row_pitch, cudaStream_t stream) {
-    const long long taps = static_cast<long long>(g.channels) * g.kernel_h * g.kernel_w;
-    const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
-    if (row_pitch < batch * pixels || taps * row_pitch > kMaxInt32Count)
-        return cudaErrorInvalidValue;
-    if (batch == 0) return cudaSuccess;
-    im2col_rows_kernel<<<static_cast<int>(batch * taps), kIm2colThreads, 0, stream>>>(
-        x, cols, g, 0, static_cast<int>(pixels), static_cast<int>(pixels),
-        static_cast<int>(row_pitch));
-    return cudaGetLastError();
-}
-
 #define X(T)                                                                                  \
     template cudaError_t im2col_launch<T>(int, const T*, T*, int, const Conv2dGeometry&, int, \
                                           int, cudaStream_t);                                 \
-    template cudaError_t im2col_side_by_side_launch<T>(const T*, T*, int,                     \
-                                                       const Conv2dGeometry&, long long,      \
-                                                       cudaStream_t);                         \
     template long long conv2d_im2col_workspace_elements<T>(int, int, const Conv2dGeometry&,   \
                                                            long long, bool);                  \
     template cudaError_t conv2d_im2col_launch<T>(const T*, const T*, const T*, T*, int, int,  \

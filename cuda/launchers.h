@@ -128,12 +128,6 @@ template <class T>
 cudaError_t im2col_launch(int version, const T* x, T* cols, int batch,
                           const Conv2dGeometry& g, int pixel_begin, int pixel_count,
                           cudaStream_t stream);
-// The same columns (v2) of `batch` whole images side by side: image b's pixels at columns
-// [b*P, (b+1)*P) (P = out_h*out_w) of each of the K rows, rows row_pitch >= batch*P elements
-// apart (K x row_pitch in all, below 2^31 elements; columns past batch*P left as they are).
-template <class T>
-cudaError_t im2col_side_by_side_launch(const T* x, T* cols, int batch, const Conv2dGeometry& g,
-                                       long long row_pitch, cudaStream_t stream);
 // y = conv2d(x, weight) + bias as im2col + gemm (versions 1-4) over chunks of the batch, or of
 // one image's output pixels, whose columns fit a workspace of conv2d_im2col_workspace_elements
 // elements of T (computed from the budget workspace_bytes; never less than one column of
@@ -341,9 +335,12 @@ cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int b
 // ------------------------------------------------------------ channelwise_backward.cu
 // out[c] = factor * sum over n, s of a[n][c][s] * b[n][c][s] (b nullptr: of a), over an
 // (batch, channels, plane_size) layout: the gradient of a per-channel bias (b absent) or scale.
+// The workspace holds channel_sums_workspace_bytes (the partial sums of ranges of images).
+long long channel_sums_workspace_bytes(int batch, int channels);
 template <class T>
 cudaError_t channel_sums_launch(const T* a, const T* b, float factor, T* out, int batch,
-                                int channels, int plane_size, cudaStream_t stream);
+                                int channels, int plane_size, float* workspace,
+                                cudaStream_t stream);
 // The input gradient of min_add_mul over n elements: dy * factor where x < constant, half of
 // it where x == constant, 0 where x > constant (torch.minimum's rule; NaN passes it).
 template <class T>

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 import scratchops
-from helpers import OPERATOR_SAMPLES, model_cases, poison_next, rand, skip_unless_runnable
+from helpers import (ENGINES, NO_TENSOR_CORES_REASON, OPERATOR_SAMPLES, model_cases, poison_next,
+                     rand, skip_unless_runnable)
 from scratchops.problems import PROBLEMS, build_pair
 
 MODEL_CASES = model_cases()
@@ -231,26 +232,59 @@ def test_half_gradients_match_torch(ours, ref, build, chooses, dtype):
                                    atol=HALF_GRAD_TOL * scale + 1e-30)
 
 
+@pytest.mark.parametrize("engine", ENGINES or ["none"])
 @pytest.mark.parametrize("dtype", [torch.float32, *HALF_DTYPES])
 @pytest.mark.parametrize("workspace_bytes", [1, scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES])
-def test_tensor_core_weight_gradient_over_chunks_and_slices(workspace_bytes, dtype):
-    # The weight gradient on the tensor cores (conv_backward.cu v2) in chunks of one image (a
-    # workspace too small for more: 5 chunks of 2 slices) and in one chunk (9 slices), against
-    # torch's weight gradient and float64.
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", [
+    ((5, 6, 61, 60), (7, 6, 3, 3), (1, 1), (0, 0), (1, 1)),
+    ((7, 5, 37, 45), (9, 5, 3, 5), (2, 3), (2, 1), (1, 2))])
+def test_tensor_core_weight_gradient_over_chunks_and_slices(x_shape, w_shape, stride, padding,
+                                                            dilation, workspace_bytes, dtype,
+                                                            engine):
+    # The weight gradient on the tensor cores (conv_backward.cu v2, the implicit GEMM in
+    # slices of output rows), on each engine, against torch's weight gradient and float64: in
+    # chunks of one slice (a workspace too small for more) and in one chunk. The first shape
+    # has 10 slices of 32 rows, each row 58 pixels in 64 slots; the second strides, pads
+    # (reading left of the input's edge) and dilates, with 14 pixels a row in 16 slots and
+    # 2 slices, the second shorter.
     skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
-    x, dy = rand(5, 6, 61, 60, dtype=dtype), rand(5, 7, 59, 58, dtype=dtype)
-    poison_next(7, 6, 3, 3, dtype=dtype)
-    ours = torch.ops.scratchops._conv2d_weight_grad(
-        dy, x, [7, 6, 3, 3], [1, 1], [0, 0], [1, 1], workspace_bytes,
-        scratchops.versions.GEMM_TENSOR_CORE_VERSION)
-    ref = torch.nn.grad.conv2d_weight(x, (7, 6, 3, 3), dy)
-    ref64 = torch.nn.grad.conv2d_weight(x.double(), (7, 6, 3, 3), dy.double())
+    if engine == "none":
+        pytest.skip(NO_TENSOR_CORES_REASON)
+    x = rand(*x_shape, dtype=dtype)
+    with torch.no_grad():
+        out_shape = F.conv2d(x.float(), torch.zeros(w_shape, device="cuda"), None, stride,
+                             padding, dilation).shape
+    dy = rand(*out_shape, dtype=dtype)
+    poison_next(*w_shape, dtype=dtype)
+    with scratchops.tensor_core_path(engine):
+        ours = torch.ops.scratchops._conv2d_weight_grad(
+            dy, x, list(w_shape), list(stride), list(padding), list(dilation), workspace_bytes,
+            scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+    ref = torch.nn.grad.conv2d_weight(x, w_shape, dy, stride, padding, dilation)
+    ref64 = torch.nn.grad.conv2d_weight(x.double(), w_shape, dy.double(), stride, padding,
+                                        dilation)
     if dtype == torch.float32:
         assert_grad_matches(ours, ref, ref64, "dweight")
     else:
         scale = ref64.abs().max().item()
         err = (ours.double() - ref64).abs().max().item()
         assert err <= 4 * (ref.double() - ref64).abs().max().item() + 2 * HALF_GRAD_TOL * scale
+
+
+@pytest.mark.parametrize("with_other", [False, True])
+@pytest.mark.parametrize("shape", [(11, 100, 7, 5), (3, 600, 2, 2), (1, 1, 1, 1), (130, 3, 9, 1)])
+def test_channel_sums_over_ranges_of_images(shape, with_other):
+    # Every bias-like gradient's per-channel sums (channelwise_backward.cu v2): batch 11 over
+    # 100 channels makes 4 ranges of images, the last one shorter; 600 channels one range;
+    # 130 images over 3 channels 130 ranges of one image. Against torch and float64.
+    skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
+    a, b = rand(*shape, low=-1.0), rand(*shape, low=-1.0)
+    poison_next(shape[1])
+    ours = torch.ops.scratchops._channel_sums(a, b if with_other else None, -1.5)
+    product = a * b if with_other else a
+    ref = -1.5 * product.sum(dim=(0, 2, 3))
+    ref64 = -1.5 * (a.double() * b.double() if with_other else a.double()).sum(dim=(0, 2, 3))
+    assert_grad_matches(ours, ref, ref64, "channel sums")
 
 
 # ----------------------------------------------------------------- behaviour of the gradients

@@ -22,10 +22,12 @@ def test_gemm_versions_use_the_units_their_idea_names():
     assert sorted(r["HMMA"] for r in mma_sync) == [64, 192]
 
 
-def test_the_implicit_gemm_convolutions_keep_their_wgmma_pipelines():
-    """Every kernel of conv_implicit.cu (the ring engine's modes and the resident-B kernel)
-    issues each wgmma while the one before runs: ptxas serialises none of them."""
-    assert sass.serialised_wgmma(cuda_dir() / "conv_implicit.cu") == []
+@pytest.mark.parametrize("name", ["conv_implicit.cu", "conv_backward.cu"])
+def test_the_implicit_gemm_convolutions_keep_their_wgmma_pipelines(name):
+    """Every kernel of the implicit-GEMM files (the ring engine's modes, the resident-B kernel,
+    the weight gradient's loader) issues each wgmma while the one before runs: ptxas
+    serialises none of them."""
+    assert sass.serialised_wgmma(cuda_dir() / name) == []
 
 
 @pytest.mark.parametrize("name", ["conv_implicit.cu", "conv_gn_pool.cu", "gemm.cu",

@@ -1,0 +1,218 @@
+// conv_weight_grad_implicit.cuh — the weight gradient as an implicit GEMM on the tensor cores
+// (conv_backward.cu's weight gradient v2; the versions and their reasons are listed there):
+// the product of v2, with neither of its written operands. Included by conv_backward.cu.
+//
+// The product, as v2's: dWᵀ (K x Cout) = sum over the batch's output pixels of
+// im2col(x) (K x pixels) @ dyᵀ (pixels x Cout), K = C*kh*kw taps, row k = (c*kh + i)*kw + j.
+// Its reduction runs over every output pixel of the batch, its output is small (P31: 576 x 128,
+// five 128-row tiles), so the reduction is cut into slices, one batched-GEMM entry each with its
+// own partial dWᵀ, and the partials are added in slice order (deterministic, no atomics).
+//
+// The reduction's layout: output row (n, oh) of the batch, global row index n*OH + oh, takes
+// `row_len` slots: OW rounded up to a thread's k of a k-block (tensor_core_operands.cuh:
+// Operand<Op>::kThreadK, 8 or 16), slot ow < OW the pixel (n, oh, ow), the rest zero. So a
+// thread's kThreadK consecutive k of a k-block (tf32x3.cuh) are consecutive pixels of one
+// output row: for tap (c, i, j), x[n][c][oh*sh - ph + i*dh][(ow0 + e)*sw - pw + j*dw] for
+// e = 0 .. kThreadK-1, values sw apart in memory, read straight from the NCHW input. A slice is
+// `rows_per_slice` consecutive global rows (kWeightGradSlice slots, or one row where a row is
+// longer), so its entry e starts at global row e * rows_per_slice and may cross images.
+//   A (WeightGradRows)  row k = a tap of the input, read as just said: no column matrix.
+//   B (DyColumns)       B(entry, co, k) = dy[n][co][oh][ow] for slot k of the entry, packed by
+//                       pack_b straight from the NCHW gradient: no transposed copy of dy.
+//   partials            each entry's dWᵀ in float (a half-type partial would round each
+//                       slice's sum before the sum of slices), added in entry order by
+//                       batch_sum into a float accumulator, transposed to dW at the end.
+#pragma once
+
+#include <type_traits>
+
+#include "conv_implicit.cuh"
+#include "gemm_tensor_cores.cuh"
+#include "tensor_core_launch.cuh"
+
+namespace scratchops {
+namespace conv_wgrad {
+
+// The reduction's slices for products of Op (see the top).
+struct Slices {
+    int row_len;         // slots an output row takes: OW rounded up to Operand<Op>::kThreadK
+    int rows_per_slice;  // global output rows a slice (entry) takes
+    int total_rows;      // batch * OH
+    int count;           // entries
+    int slice_len() const { return row_len * rows_per_slice; }  // the GEMM's K
+};
+template <class Op>
+Slices slices_of(int batch, const Conv2dGeometry& g, int slice_slots) {
+    constexpr int kThreadK = tc::Operand<Op>::kThreadK;
+    Slices s;
+    s.row_len = (g.out_w + kThreadK - 1) / kThreadK * kThreadK;
+    s.rows_per_slice = slice_slots / s.row_len > 1 ? slice_slots / s.row_len : 1;
+    s.total_rows = batch * g.out_h;
+    s.count = (s.total_rows + s.rows_per_slice - 1) / s.rows_per_slice;
+    return s;
+}
+
+// Global output row `row` (n*OH + oh) as (n, oh).
+struct OutputRows {
+    int out_h;
+    FastDiv by_out_h;
+    __device__ void split(int row, int& n, int& oh) const {
+        n = by_out_h.div(row);
+        oh = row - n * out_h;
+    }
+};
+
+// A: row k = tap (c, i, j) of x, reduction slots as at the top. Loaded as the engines load
+// every A (tensor_core_a_fragments.cuh): row(entry, k) once a tile, kblock(kb, t) once a
+// k-block, kptr(row, kblock) once a row and k-block, then fetch2 / fetch_pair a pair at a time.
+template <class T, class Op>
+struct WeightGradRows {
+    static constexpr int kThreadK = tc::Operand<Op>::kThreadK;
+    static_assert(!tc::Operand<Op>::kNative16 || std::is_same_v<Op, T>,
+                  "native 16-bit products multiply the input's own type");
+    const T* x;
+    Conv2dGeometry g;
+    Slices s;
+    OutputRows rows;
+    int first_entry;  // the launch's entry 0 is this entry of the slices (a chunk's first)
+    FastDiv by_taps, by_kernel_w, by_row_len;  // kh*kw, kw, row_len
+    enum : int { kNoRow = -(1 << 30) };
+    struct Row {
+        int channel_offset;  // c * H * W
+        int dh, dw;          // i*dil_h - pad_h, j*dil_w - pad_w: the tap's shift in the input
+        int first_row;       // the entry's first global output row; kNoRow past the last tap
+    };
+    struct KBlock {
+        int row;    // output row within the slice
+        int ow0;    // the thread's first output column
+        int count;  // its slots that are pixels (ow < OW) in a row of the slice: 0..kThreadK
+    };
+    // Value e at q[e * stride] where first <= e < end, zero elsewhere (the columns left of
+    // the input's edge, and right of it or past OW).
+    struct KPtr {
+        const T* q;
+        int stride, first, end;
+    };
+    __device__ Row row(int entry, int k) const {
+        if (k >= g.channels * g.kernel_h * g.kernel_w) return {0, 0, 0, kNoRow};
+        const int c = by_taps.div(k), tap = k - c * g.kernel_h * g.kernel_w;
+        const int i = by_kernel_w.div(tap), j = tap - i * g.kernel_w;
+        return {c * g.height * g.width, i * g.dil_h - g.pad_h, j * g.dil_w - g.pad_w,
+                (first_entry + entry) * s.rows_per_slice};
+    }
+    __device__ KBlock kblock(int kb, int t) const {
+        const int k0 = kb * tc::Operand<Op>::kBlockK + kThreadK * t;
+        const int row = by_row_len.div(k0), ow0 = k0 - row * s.row_len;
+        const int left = g.out_w - ow0;
+        return {row, ow0, row < s.rows_per_slice ? (left < kThreadK ? left : kThreadK) : 0};
+    }
+    __device__ KPtr none() const {
+        return {reinterpret_cast<const T*>(conv_tc::kZeroPage), 0, 0, 0};
+    }
+    __device__ KPtr kptr(const Row& r, const KBlock& b) const {
+        const int global_row = r.first_row + b.row;
+        if (r.first_row == kNoRow || b.count <= 0 || global_row >= s.total_rows) return none();
+        int n, oh;
+        rows.split(global_row, n, oh);
+        const int ih = oh * g.stride_h + r.dh;
+        if (ih < 0 || ih >= g.height) return none();
+        // Columns iw(e) = iw0 + e*sw: inside the input for first <= e < last.
+        const int iw0 = b.ow0 * g.stride_w + r.dw;
+        const int first = iw0 >= 0 ? 0 : (-iw0 + g.stride_w - 1) / g.stride_w;
+        const int last = iw0 < g.width ? (g.width - 1 - iw0) / g.stride_w + 1 : 0;
+        const int end = last < b.count ? last : b.count;
+        if (first >= end) return none();
+        // (The offset of e = 0 may lie left of the row, or before x itself; only e >= first
+        // is ever read.)
+        return {x + ((n * g.channels * g.height + ih) * g.width + iw0) + r.channel_offset,
+                g.stride_w, first, end};
+    }
+    __device__ float2 fetch2(const KPtr& p, int e) const {
+        const T* q = p.q + p.stride * e;
+        return make_float2(load_or_zero(q, e >= p.first && e < p.end),
+                           load_or_zero(q + p.stride, e + 1 >= p.first && e + 1 < p.end));
+    }
+    // The native 16-bit products' form of fetch2: the two values' bits, e in the low half.
+    __device__ uint32_t fetch_pair(const KPtr& p, int e) const {
+        const T* q = p.q + p.stride * e;
+        const uint32_t lo = load_bits_or_zero(q, e >= p.first && e < p.end);
+        const uint32_t hi = load_bits_or_zero(q + p.stride, e + 1 >= p.first && e + 1 < p.end);
+        return lo | hi << 16;
+    }
+};
+
+// B: dy (N, Cout, OH, OW) as the engine's N x K matrix of each entry, B(entry, co, k) the
+// gradient at slot k of the entry's slice (0 for a padding slot, past the last row, or past
+// Cout). pack_b's warps read 32 consecutive k of a row of B: consecutive pixels of dy.
+template <class T>
+struct DyColumns {
+    const T* dy;
+    int cout, out_w;
+    Slices s;
+    OutputRows rows;
+    int first_entry;  // as WeightGradRows's
+    __device__ float operator()(int entry, int co, int k) const {
+        const int row = k / s.row_len, ow = k - row * s.row_len;
+        const int global_row = (first_entry + entry) * s.rows_per_slice + row;
+        if (co >= cout || row >= s.rows_per_slice || ow >= out_w || global_row >= s.total_rows)
+            return 0.0f;
+        int n, oh;
+        rows.split(global_row, n, oh);
+        return to_float(dy[((n * cout + co) * rows.out_h + oh) * out_w + ow]);
+    }
+};
+
+// The packed B of `entries` entries (the TF32 layout, which holds the 16-bit one: see
+// packed_b_layout) and their float partials, each piece 16-byte aligned.
+struct ChunkBytes {
+    long long packed, partials;
+    long long total() const { return packed + partials; }
+};
+inline long long align16(long long bytes) { return (bytes + 15) / 16 * 16; }
+inline ChunkBytes chunk_bytes(const Slices& s, int taps, int out_channels, int entries) {
+    using namespace gemm_tc;
+    return {align16(tc_layout(out_channels, s.slice_len(), entries).bytes()),
+            align16(static_cast<long long>(entries) * taps * out_channels * sizeof(float))};
+}
+// Entries a chunk: as many as `available` bytes hold (at least one), at most every entry, and
+// few enough that the partials stay below 2^31 elements (batch_sum's offsets).
+inline int chunk_entries(const Slices& s, int taps, int out_channels, long long available) {
+    const long long per_entry = chunk_bytes(s, taps, out_channels, 1).total();
+    long long entries = available / per_entry;
+    const long long int32_limit = kMaxInt32Count / (static_cast<long long>(taps) * out_channels);
+    entries = entries < int32_limit ? entries : int32_limit;
+    entries = entries < s.count ? entries : s.count;
+    while (entries > 1 && chunk_bytes(s, taps, out_channels, static_cast<int>(entries)).total() >
+                              available)
+        --entries;  // (the layout's flags and the alignment: at most a step or two)
+    return entries > 1 ? static_cast<int>(entries) : 1;
+}
+
+// One chunk of entries [entry0, entry0 + entries): packing, then the product into the chunk's
+// partials, for products of Op (kTf32: a single product, as every 16-bit mode is).
+template <bool kTf32, class Op, class T>
+cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeometry& g,
+                    const Slices& s, int entry0, int entries, TensorCorePath engine,
+                    uint8_t* packed, float* partials, cudaStream_t stream) {
+    using namespace gemm_tc;
+    const int taps = g.channels * g.kernel_h * g.kernel_w;
+    const OutputRows rows{g.out_h, FastDiv(static_cast<uint32_t>(g.out_h))};
+    const tc::PackedB layout = tc::packed_b_layout<Op>(kTcBN, out_channels, s.slice_len(),
+                                                        entries);
+    cudaError_t err = tc::pack_b<kTcBN, Op>(
+        DyColumns<T>{dy, out_channels, g.out_w, s, rows, entry0}, packed, layout, stream);
+    if (err != cudaSuccess) return err;
+    const WeightGradRows<T, Op> loader{
+        x, g, s, rows, entry0,
+        FastDiv(static_cast<uint32_t>(g.kernel_h * g.kernel_w)),
+        FastDiv(static_cast<uint32_t>(g.kernel_w)), FastDiv(static_cast<uint32_t>(s.row_len))};
+    const long long partial_elements = static_cast<long long>(taps) * out_channels;
+    const RowMajorStore<float> store{
+        partials, nullptr, taps, out_channels, out_channels, partial_elements,
+        pair_accesses_fit(partials, out_channels, partial_elements)};
+    return tensor_core_launch<kTcBN, kTcMB, kTcStages, 1, kTf32, Op>(
+        engine, loader, store, packed, layout, taps, entries, /*b_shared=*/false, stream);
+}
+
+}  // namespace conv_wgrad
+}  // namespace scratchops
