@@ -117,9 +117,17 @@ struct WeightGradRows {
         const int ih = oh * g.stride_h + r.dh;
         if (ih < 0 || ih >= g.height) return none();
         // Columns iw(e) = iw0 + e*sw: inside the input for first <= e < last.
+        // (Stride 1, the common case, without integer divisions: this runs once a row and
+        // k-block.)
         const int iw0 = b.ow0 * g.stride_w + r.dw;
-        const int first = iw0 >= 0 ? 0 : (-iw0 + g.stride_w - 1) / g.stride_w;
-        const int last = iw0 < g.width ? (g.width - 1 - iw0) / g.stride_w + 1 : 0;
+        int first, last;
+        if (g.stride_w == 1) {
+            first = iw0 >= 0 ? 0 : -iw0;
+            last = g.width - iw0;
+        } else {
+            first = iw0 >= 0 ? 0 : (-iw0 + g.stride_w - 1) / g.stride_w;
+            last = iw0 < g.width ? (g.width - 1 - iw0) / g.stride_w + 1 : 0;
+        }
         const int end = last < b.count ? last : b.count;
         if (first >= end) return none();
         // (The offset of e = 0 may lie left of the row, or before x itself; only e >= first

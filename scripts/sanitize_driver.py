@@ -68,11 +68,20 @@ def tensor_core_kernels(engine):
     for version in scratchops.CONV_GN_POOL_VERSIONS:
         if version != CONV_GN_POOL_CUDA_CORES:
             check_one_pass(f"{engine} conv2d_group_norm_pool_clamp v{version}", version)
+    # The convolution's gradients on the tensor cores: with stride 1 (the input gradient a
+    # convolution) and strided (the weight gradient's loader reading left of the input's edge),
+    # dilated; the weight gradient's implicit GEMM in both.
+    for stride, padding in ((1, (1, 2)), (2, 1)):
+        check_grads(f"{engine} conv2d backward stride {stride}",
+                    lambda x, w, b, s=stride, p=padding: scratchops.conv2d(x, w, b, s, p, (2, 1)),
+                    lambda x, w, b, s=stride, p=padding: F.conv2d(x, w, b, s, p, (2, 1)),
+                    r(3, 5, 13, 11), r(70, 5, 3, 3), r(70))
 
 
 def native_half_kernels():
     """The native bf16 products on the wgmma engine: the resident-B kernel (one column tile of
-    weights), the ring (Cout 130: two tiles), P31 in one kernel, P85's one pass v2 and v3, each
+    weights), the ring (Cout 130: two tiles), P31 in one kernel, the weight gradient's implicit
+    GEMM, P85's one pass v2 and v3, each
     against torch in bf16 (at two bf16 steps relative, as tests/test_half.py compares bf16: one
     step of another summation order's rounding can become two after the fused tail); Cin 24
     leaves a part block of 8 channels."""
@@ -86,6 +95,13 @@ def native_half_kernels():
     half_limit = torch.tensor(0.1, device="cuda", dtype=torch.bfloat16)
     check("bf16 conv2d_min_add_mul", scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
           (torch.min(F.conv2d(x, w, bias), half_limit) + b2[:, None, None]) * 2.0, tol=tol)
+    x, dy = half(3, 24, 13, 11), half(3, 70, 11, 9)
+    check("bf16 conv2d weight gradient",
+          torch.ops.scratchops._conv2d_weight_grad(
+              dy, x, [70, 24, 3, 3], [1, 1], [0, 0], [1, 1],
+              scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+              scratchops.versions.GEMM_TENSOR_CORE_VERSION),
+          torch.nn.grad.conv2d_weight(x, (70, 24, 3, 3), dy), tol=tol)
     x, w, bias, g, b, s = half(2, 5, 14, 13), half(12, 5, 3, 3), half(12), half(12), half(12), \
         half(12)
     for version in (2, 3):  # v2 on the native products, v3 its own kernel in bf16
