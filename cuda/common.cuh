@@ -18,6 +18,9 @@ constexpr int kMaxGridYZ = 65535;
 // The most elements a buffer indexed with 32-bit offsets holds, and the most blocks of a
 // grid's x dimension (launchers.h: each buffer has fewer than 2^31 elements).
 constexpr long long kMaxInt32Count = 0x7fffffffLL;
+// Bytes rounded up to a multiple of 16: each piece of a workspace starts 16-byte aligned (the
+// tensor cores' packing and the vector loads and stores move 16 bytes at a time).
+constexpr long long align16(long long bytes) { return (bytes + 15) / 16 * 16; }
 
 // Maximum and minimum that return NaN when either side is NaN, as torch.maximum,
 // torch.minimum, torch.clamp and max_pool2d do (fmaxf/fminf would drop the NaN). sm_80 has

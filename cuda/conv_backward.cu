@@ -71,7 +71,7 @@ long long round_up4(long long n) { return (n + 3) / 4 * 4; }
 // aligned: the tensor cores' packing stores 16 bytes at a time).
 template <class T>
 long long aligned_elements(long long bytes) {
-    return (bytes + 15) / 16 * 16 / static_cast<long long>(sizeof(T));
+    return align16(bytes) / static_cast<long long>(sizeof(T));
 }
 
 bool on_tensor_cores(int gemm_version) { return gemm_version == kGemmTensorCoreVersion; }

@@ -40,7 +40,7 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
 // Weight gradient v2's workspace: the float accumulator dWᵀ (K x Cout), then a chunk of
 // entries (conv_wgrad::chunk_bytes) as large as `budget` bytes hold, at least one.
 inline long long weight_grad_fixed_bytes(int out_channels, const Conv2dGeometry& g) {
-    return conv_wgrad::align16(grad_shape(g).taps * out_channels *
+    return align16(grad_shape(g).taps * out_channels *
                                static_cast<long long>(sizeof(float)));
 }
 template <class Op>

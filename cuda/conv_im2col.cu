@@ -74,21 +74,20 @@ __global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ cols, int
 }
 
 // Block r = blockIdx.x = b * K + k writes the row of image b and tap k,
-// cols[b * image_stride + k * row_stride + q] for q in [0, pixel_count): thread t takes
+// cols[r * pixel_count + q] for q in [0, pixel_count) (image b's own K x pixel_count matrix at
+// b * K * pixel_count): thread t takes
 // q = t, t + T, t + 2T, ... (T = blockDim.x), i.e. output pixels p = pixel_begin + q. Its
 // (oh, ow) starts at divmod(pixel_begin + t, out_w) and moves by the constant step
-// divmod(T, out_w) with one carry, never dividing again. Each image's own K x pixel_count
-// matrix: image_stride = K * pixel_count, row_stride = pixel_count.
+// divmod(T, out_w) with one carry, never dividing again.
 template <class T>
 __global__ void im2col_rows_kernel(const T* __restrict__ x, T* __restrict__ cols,
-                                   Conv2dGeometry g, int pixel_begin, int pixel_count,
-                                   int image_stride, int row_stride) {
+                                   Conv2dGeometry g, int pixel_begin, int pixel_count) {
     const int row = blockIdx.x;
     const int taps = g.channels * g.kernel_h * g.kernel_w;  // K
     const int b = row / taps, k = row % taps;
     const Tap t = decode_tap(k, g);
     const T* plane = x + (b * g.channels + t.c) * g.height * g.width;  // < numel(x)
-    T* out = cols + b * image_stride + k * row_stride;                  // < numel(cols)
+    T* out = cols + row * pixel_count;                                   // < numel(cols)
     // Input coordinates of output pixel (oh, ow) for this tap: ih = oh*stride_h + ih_offset.
     const int ih_offset = t.kh * g.dil_h - g.pad_h, iw_offset = t.kw * g.dil_w - g.pad_w;
 
@@ -131,7 +130,6 @@ cudaError_t launch_v2_rows(const T* x, T* cols, int batch, const Conv2dGeometry&
     const int taps = g.channels * g.kernel_h * g.kernel_w;
     const int rows = batch * taps;  // < 2^31 (cols fits)
     im2col_rows_kernel<<<rows, kIm2colThreads, 0, stream>>>(x, cols, g, pixel_begin,
-                                                             pixel_count, taps * pixel_count,
                                                              pixel_count);
     return cudaGetLastError();
 }

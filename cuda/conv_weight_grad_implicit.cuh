@@ -176,7 +176,6 @@ struct ChunkBytes {
     long long packed, partials;
     long long total() const { return packed + partials; }
 };
-inline long long align16(long long bytes) { return (bytes + 15) / 16 * 16; }
 inline ChunkBytes chunk_bytes(const Slices& s, int taps, int out_channels, int entries) {
     using namespace gemm_tc;
     return {align16(tc_layout(out_channels, s.slice_len(), entries).bytes()),
