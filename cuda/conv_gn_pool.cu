@@ -14,25 +14,37 @@ namespace scratchops {
 
 namespace conv_gn_pool {
 
-// Whether v3's kernel covers the call: the wgmma engine, products as exact as fp32's (3xTF32
-// for float, where the reductions it covers, at most 96 long, are below the TF32 rule's
-// kTf32MinReduction anyway; any product of the half types), Cin <= 8 and the halo tile within
-// its shared memory.
-template <class T>
-bool v3_covers(TensorCorePath engine, bool single_product, const Conv2dGeometry& g,
-               const tc::PackedB& layout, const V3Shape& shape) {
-    return (is_half_type<T>() || !single_product) && engine == TensorCorePath::kWgmma &&
-           g.channels <= 8 && layout.num_kb <= kV3MaxKBlocks &&
-           shape.halo_h * shape.raw_pitch <= kHaloPixels;
+// v3's tile: 4 output rows x 16 columns, whose input halo is halo_h x halo_w pixels (the
+// other fields: conv_gn_pool_launch's, for the kernel).
+V3Shape v3_halo(const Conv2dGeometry& g) {
+    V3Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
+                  (kWideBandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
+                  g.kernel_h * g.kernel_w, 0, 0, -1, {}};
+    shape.raw_pitch = (shape.halo_w + 3) / 4 * 4;
+    return shape;
 }
 
-// v3's launch: a persistent grid, whose CTAs' warpgroups take a tile each. (weight: the half
-// types' weights, which it re-lays itself; float reads the packed ones.)
+// Whether v3's kernel runs the call of `version`: version 3 where v3 covers it (the wgmma
+// engine, products as exact as fp32's: 3xTF32 for float, where the reductions it covers, at
+// most 96 long, are below the TF32 rule's kTf32MinReduction anyway; any product of the half
+// types), Cin <= 8, at most kV3MaxKBlocks k-blocks and the halo within its shared memory.
 template <class T>
-cudaError_t launch_v3(const T* x, const T* weight, const uint8_t* packed,
-                      const tc::PackedB& layout, const Params<T>& params,
-                      const ConvGeometryFast& f, const BandPixels& wide_bands,
-                      const V3Shape& shape, int batch, cudaStream_t stream) {
+bool v3_runs(int version, TensorCorePath engine, bool tf32, const Conv2dGeometry& g,
+             int out_channels) {
+    const tc::PackedB layout = conv_tc::weight_layout(g, out_channels, kBN);
+    const V3Shape shape = v3_halo(g);
+    return version == 3 && (is_half_type<T>() || !tensor_cores_single_product<T>(tf32)) &&
+           engine == TensorCorePath::kWgmma && g.channels <= 8 &&
+           layout.num_kb <= kV3MaxKBlocks && shape.halo_h * shape.raw_pitch <= kHaloPixels;
+}
+
+// v3's launch: a persistent grid, whose CTAs' warpgroups take a tile each, from the weight
+// tensor itself (relay_weights).
+template <class T>
+cudaError_t launch_v3(const T* x, const T* weight, const tc::PackedB& layout,
+                      const Params<T>& params, const ConvGeometryFast& f,
+                      const BandPixels& wide_bands, const V3Shape& shape, int batch,
+                      cudaStream_t stream) {
     const int smem = v3_smem_bytes(layout.num_kb);
     // The limit, once per device: the most any launch asks (common.cuh).
     static std::atomic<unsigned long long> smem_set_on;
@@ -45,8 +57,8 @@ cudaError_t launch_v3(const T* x, const T* weight, const uint8_t* packed,
     const long long tiles = static_cast<long long>(batch) * wide_bands.tiles_per_image;
     const long long groups_of_tiles = (tiles + kV3Warpgroups - 1) / kV3Warpgroups;
     const int ctas = static_cast<int>(groups_of_tiles < sm_count() ? groups_of_tiles : sm_count());
-    conv_gn_pool_v3_kernel<T><<<ctas, kV3Threads, smem, stream>>>(x, weight, packed, layout,
-                                                                  params, f, wide_bands, shape);
+    conv_gn_pool_v3_kernel<T><<<ctas, kV3Threads, smem, stream>>>(x, weight, layout, params, f,
+                                                                  wide_bands, shape);
     return cudaGetLastError();
 }
 
@@ -58,6 +70,13 @@ long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2d
     const long long extremes =
         static_cast<long long>(batch) * out_channels * (g.out_h / kPool) * (g.out_w / kPool);
     return 4 * (stats_floats(batch, g, groups) + extremes);
+}
+
+template <class T>
+bool conv_gn_pool_reads_packed(int version, const Conv2dGeometry& g, int out_channels,
+                               bool tf32, TensorCorePath engine) {
+    return version != kConvGnPoolCudaCoreVersion &&
+           !conv_gn_pool::v3_runs<T>(version, engine, tf32, g, out_channels);
 }
 
 template <class T>
@@ -84,10 +103,7 @@ cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const 
     const auto* p = static_cast<const uint8_t*>(packed);
     cudaError_t err = cudaSuccess;
     BandPixels finalize_bands = bands;  // the tiles whose statistics the finalize merges
-    V3Shape shape{(kPool - 1) * g.stride_h + (g.kernel_h - 1) * g.dil_h + 1,
-                  (kWideBandCols - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1,
-                  g.kernel_h * g.kernel_w, 0, 0, -1, {}};
-    shape.raw_pitch = (shape.halo_w + 3) / 4 * 4;
+    V3Shape shape = v3_halo(g);
     shape.wide = g.stride_w == 1 && g.width % 4 == 0 && g.pad_w % 4 == 0 &&
                  reinterpret_cast<uintptr_t>(x) % 16 == 0;
     const int cpg = out_channels / a.groups;
@@ -104,8 +120,8 @@ cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const 
                    : launch_v1<false>(x, weight, params, g, batch, out_channels, wide_bands,
                                       stream);
         finalize_bands = wide_bands;
-    } else if (version == 3 && v3_covers<T>(engine, single_product, g, layout, shape)) {
-        err = launch_v3(x, weight, p, layout, params, f, wide_bands, shape, batch, stream);
+    } else if (v3_runs<T>(version, engine, tf32, g, out_channels)) {
+        err = launch_v3(x, weight, layout, params, f, wide_bands, shape, batch, stream);
         finalize_bands = wide_bands;
     } else {
         // Op: the operand type multiplied (float: TF32; T: natively, tensor_cores_native16),
@@ -143,6 +159,8 @@ cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const 
 }
 
 #define X(T)                                                                                \
+    template bool conv_gn_pool_reads_packed<T>(int, const Conv2dGeometry&, int, bool,         \
+                                               TensorCorePath);                              \
     template cudaError_t conv_gn_pool_launch<T>(int, const T*, const T*, const void*,        \
                                                 const GnPoolArgs<T>&, T*, int, int,          \
                                                 const Conv2dGeometry&, bool, TensorCorePath, \

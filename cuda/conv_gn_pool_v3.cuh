@@ -14,9 +14,10 @@ namespace conv_gn_pool {
 // only its own 128 threads (named barriers), so one warpgroup's epilogue runs while the
 // others' wgmmas keep the tensor cores busy (three, not two: the kernel is bound by latency,
 // and 168 registers a thread still fit). Shared: the weights; per warpgroup: the rest.
-//   weights  the packed B (all k-blocks: big, small, cross) copied into shared memory once,
-//            re-laid so that k-step j is tap j's 8 channels (the packing interleaves 4 taps
-//            per k-step, for v2's gather): 9 k-steps for a 3 x 3 kernel instead of 12.
+//   weights  B's big, small and cross parts (all k-blocks) written into shared memory once
+//            by each CTA, straight from the weight tensor (relay_weights: no packing kernel
+//            before this one), laid so that k-step j is tap j's 8 channels: 9 k-steps for a
+//            3 x 3 kernel instead of the packing's 12 (it interleaves 4 taps a k-step).
 //   halo     per tile, the input patch its outputs read (HR x HC pixels x 8 channels),
 //            copied from global memory one tile ahead (cp.async, no registers held; 16 bytes
 //            of a row at a time where the rows are 16-byte aligned, as at P85's size), split
@@ -34,14 +35,13 @@ namespace conv_gn_pool {
 //            group (shuffles where the group lies in one warp's lanes). gamma * scale's sign is
 //            folded into the weights and the conv bias added only to the results, so the
 //            16 values of a window take no operation before their max and moments.
-// Covered: Cin <= 8 (the packed K is then 8 values a tap), at most 12 taps (3 k-blocks) and
+// Covered: Cin <= 8 (B's K is then 8 values a tap), at most 12 taps (3 k-blocks) and
 // a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v2 otherwise.
 // Element types: the input, weights and parameters of type T. fp16 and bf16 values are TF32
 // values, so their one TF32 product (tile_products: 3xTF32's other two are 0) is the
-// exact product, summed in fp32; the weights are re-laid from the weight tensor itself
-// (relay_weights_of), the halo copied as T and widened as it is split, and the staged tile
-// rounded as torch's conv2d rounds it in T (stage_tile); the finalize rounds the rest
-// (conv_gn_pool_finalize.cuh).
+// exact product, summed in fp32; the halo is copied as T and widened as it is split, and the
+// staged tile rounded as torch's conv2d rounds it in T (stage_tile); the finalize rounds the
+// rest (conv_gn_pool_finalize.cuh).
 // (3) A tile's products, one k-step a tap: the thread's A registers are channels quad_col
 // and quad_col + 4 of tap j at its two rows' pixels (halo byte offsets row_at), then the
 // wgmmas of kParts parts of A:
@@ -136,7 +136,7 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
 template <class T>
 __global__ void __launch_bounds__(kV3Threads, 1)
     conv_gn_pool_v3_kernel(const T* __restrict__ x, const T* __restrict__ weight,
-                           const uint8_t* __restrict__ packed, tc::PackedB layout, Params<T> p,
+                           tc::PackedB layout, Params<T> p,
                            ConvGeometryFast f, BandPixels bands, V3Shape shape) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int kAcc = kBN / 2;
@@ -154,22 +154,16 @@ __global__ void __launch_bounds__(kV3Threads, 1)
 
     // sign * conv bias per channel, for the half types' staged values (stage_tile).
     __shared__ float signed_bias[kBN];
-    bool b_cross_tile;
     if constexpr (is_half_type<T>()) {
         if (t.tid < kBN)
             signed_bias[t.tid] = extreme_sign(p, f.cout, t.tid) *
                                  value_or(p.conv_bias, t.tid, t.tid < f.cout, 0.0f);
-        const bool nonfinite = relay_weights_of(weights, weight, layout, p, g, f.cout, t.tid);
-        if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
-        // (This barrier also publishes the weights, the plan and signed_bias.)
-        b_cross_tile = __syncthreads_or(nonfinite) != 0;
-    } else {
-        relay_weights(weights, packed, layout, p, f.cout, t.tid);
-        if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
-        // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
-        // also publishes the weights and the plan.
-        b_cross_tile = tc::b_has_nonfinite(packed, layout);
     }
+    const bool nonfinite = relay_weights(weights, weight, layout, p, g, f.cout, t.tid);
+    if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
+    // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
+    // also publishes the weights, the plan and signed_bias.
+    const bool b_cross_tile = __syncthreads_or(nonfinite) != 0;
 
     // This thread's two tile rows (h = 0, 1): band row `warp`, column quad_row + 8h; their
     // halo byte offsets for tap 0 (tap (r, s) adds r * dil_h * halo_w + s * dil_w pixels).

@@ -96,44 +96,29 @@ struct V3Thread {
           quad_row(t % 32 / 4), quad_col(t % 4) {}
 };
 
-// The packed weights once, re-laid: the packing puts k = 32 kb + physical_k(L) at logical
-// column L of k-block kb (tf32x3.cuh); here logical column L holds k = 32 kb + L, so that
-// k-step j is tap j (k = 8 tap + channel). Same k-block, same 128-byte swizzle.
+// The weights once, from the (Cout, Cin, kh, kw) weight tensor itself, in the layout of the
+// packed B (tf32x3.cuh: k-block kb's big, small and cross tiles, 128-byte swizzled rows) but
+// in the natural k order: logical column L of k-block kb holds k = 32 kb + L = 8 tap +
+// channel, so that k-step j is tap j's 8 channels (the packing interleaves 4 taps a k-step,
+// for v2's gather: 9 k-steps for a 3 x 3 kernel instead of 12). No packing kernel runs before
+// this one, so nothing derived from the weights outlives the call, and a call is one launch
+// fewer.
+// Each value is split as pack_b splits B (split_tf32: big to nearest, the remainder to
+// nearest); a fp16 / bf16 value is a TF32 value, so its small part is 0 and its one product
+// (tile_products' one-part mode) is exact. Channel n is negated where its extremes are minima
+// (see "epilogue" in conv_gn_pool_v3.cuh): its conv outputs come out as sign * x, exactly
+// (the split of -w is the split of w negated, cvt.rna being symmetric, and negating every
+// part of every product negates the sum, rounding included). Returns whether this thread met
+// a non-finite weight (then B's cross tile is needed: see tf32x3.cuh).
 template <class T>
-__device__ __forceinline__ void relay_weights(uint8_t* weights, const uint8_t* packed,
+__device__ __forceinline__ bool relay_weights(uint8_t* weights, const T* w,
                                               const tc::PackedB& layout, const Params<T>& p,
-                                              int cout, int tid) {
-    const int values = layout.num_kb * 3 * kBN * tc::kBlockK;  // [kb][part][row n][column L]
-    // Unrolled so that a thread's global loads are in flight together (run once per CTA,
-    // but a loop of dependent loads took ~5% of the kernel's time in ncu's samples).
-#pragma unroll 8
-    for (int i = tid; i < values; i += kV3Threads) {
-        const int column = i % tc::kBlockK, n = (i / tc::kBlockK) % kBN;
-        const int tile = i / (tc::kBlockK * kBN);  // = 3 kb + part
-        const uint8_t* from = packed + tile * V3WeightStage::kTileBytes;
-        // Channel n negated where its extremes are minima (see "epilogue" in
-        // conv_gn_pool_v3.cuh): its conv outputs come out as sign * x, exactly (negating
-        // every part of every product negates the sum, rounding included).
-        const uint32_t sign_bit = extreme_sign(p, cout, n) < 0.0f ? 0x80000000u : 0u;
-        *reinterpret_cast<uint32_t*>(weights + tile * V3WeightStage::kTileBytes +
-                                     tc::packed_offset(n, tc::physical_k(column))) =
-            *reinterpret_cast<const uint32_t*>(from + tc::packed_offset(n, column)) ^ sign_bit;
-    }
-    fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
-}
-
-// The same layout written from the (Cout, Cin, kh, kw) weights of a half type: the half types
-// are multiplied natively elsewhere, so their packed weights are not in the TF32 layout. Every
-// fp16 / bf16 value is a TF32 value: big = the value (negated as above), small = 0, cross =
-// big where finite, 0 where not (tf32x3.cuh). Logical column L of k-block kb holds
-// k = 32 kb + L = 8 tap + channel. Returns whether this thread met a non-finite weight.
-template <class T>
-__device__ __forceinline__ bool relay_weights_of(uint8_t* weights, const T* w,
-                                                 const tc::PackedB& layout, const Params<T>& p,
-                                                 const Conv2dGeometry& g, int cout, int tid) {
+                                              const Conv2dGeometry& g, int cout, int tid) {
     bool nonfinite = false;
     const int taps = g.kernel_h * g.kernel_w;
     const int values = layout.num_kb * kBN * tc::kBlockK;  // [kb][row n][column L]
+    // Unrolled so that a thread's global loads are in flight together (run once per CTA,
+    // but a loop of dependent loads took ~5% of the kernel's time in ncu's samples).
 #pragma unroll 4
     for (int i = tid; i < values; i += kV3Threads) {
         const int column = i % tc::kBlockK, n = (i / tc::kBlockK) % kBN;
@@ -143,13 +128,12 @@ __device__ __forceinline__ bool relay_weights_of(uint8_t* weights, const T* w,
             n < cout && c < g.channels && tap < taps
                 ? extreme_sign(p, cout, n) * to_float(w[(n * g.channels + c) * taps + tap])
                 : 0.0f;
-        const bool finite = fabsf(value) <= __uint_as_float(0x7f7fffffu);
-        nonfinite = nonfinite || !finite;
+        const Tf32Split parts = split_tf32(value);
+        nonfinite = nonfinite || parts.cross != parts.big;
         uint8_t* tile = weights + 3 * kb * V3WeightStage::kTileBytes + tc::packed_offset(n, column);
-        *reinterpret_cast<uint32_t*>(tile) = __float_as_uint(value);
-        *reinterpret_cast<uint32_t*>(tile + V3WeightStage::kTileBytes) = 0u;
-        *reinterpret_cast<uint32_t*>(tile + 2 * V3WeightStage::kTileBytes) =
-            finite ? __float_as_uint(value) : 0u;
+        *reinterpret_cast<uint32_t*>(tile) = parts.big;
+        *reinterpret_cast<uint32_t*>(tile + V3WeightStage::kTileBytes) = parts.small;
+        *reinterpret_cast<uint32_t*>(tile + 2 * V3WeightStage::kTileBytes) = parts.cross;
     }
     fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
     return nonfinite;

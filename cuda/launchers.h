@@ -200,8 +200,8 @@ inline bool conv2d_uses_tf32(const Conv2dGeometry& g) {
 // ------------------------------------------------------------------ conv_gn_pool.cu
 // P85 in one pass: y = clamp(max_pool2d(group_norm(conv2d(x) + conv_bias) * scale, 4), lo, hi),
 // the convolution's output never written (the derivation is at the top of the file). y is
-// batch x out_channels x (out_h / 4) x (out_w / 4). The weights are packed as for
-// conv2d_implicit_launch (conv2d_implicit_pack). Covers out_channels <= 64 (divisible by
+// batch x out_channels x (out_h / 4) x (out_w / 4). Where conv_gn_pool_reads_packed says so,
+// the weights are packed as for conv2d_implicit_launch (conv2d_implicit_pack). Covers out_channels <= 64 (divisible by
 // groups), out_h and out_w >= 4; returns cudaErrorInvalidValue otherwise. workspace:
 // conv_gn_pool_workspace_bytes (statistics and window extremes), 16-byte aligned.
 template <class T = float>
@@ -219,10 +219,15 @@ long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2d
 // (Cout, Cin, kh, kw) tensor), 2 = the implicit GEMM on `engine` with statistics and extremes
 // in its epilogue, 3 = a kernel of its own where it covers the call (the wgmma engine,
 // Cin <= 8, at most 12 taps; float with !tf32, or a half type), version 2 elsewhere (see
-// conv_gn_pool.cuh); 2 and float's 3 read the packed weights (`packed`), the half types' 3
-// `weight`. tf32 and engine: the convolution's, as conv2d_implicit_launch's.
+// conv_gn_pool.cuh). tf32 and engine: the convolution's, as conv2d_implicit_launch's.
 constexpr int kConvGnPoolVersions = 3;
 constexpr int kConvGnPoolCudaCoreVersion = 1;
+// Whether that call reads the packed weights (`packed`): version 2, and version 3 where its
+// own kernel does not cover the call. Versions 1 and 3's kernel read `weight` itself, and
+// `packed` may then be nullptr: a call without a packing kernel before it.
+template <class T>
+bool conv_gn_pool_reads_packed(int version, const Conv2dGeometry& g, int out_channels,
+                               bool tf32, TensorCorePath engine);
 template <class T>
 cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const void* packed,
                                 const GnPoolArgs<T>& args, T* y, int batch, int out_channels,

@@ -240,13 +240,23 @@ def test_conv2d_group_norm_pool_clamp_copies_alike_aligned_or_not():
         assert torch.equal(one_pass(m, shifted, 0.0, 1.0), one_pass(m, x, 0.0, 1.0))
 
 
-def test_conv2d_group_norm_pool_clamp_nan_input():
+@pytest.mark.parametrize("version", sorted(scratchops.CONV_GN_POOL_VERSIONS))
+@pytest.mark.parametrize("inf_weight", [False, True])
+def test_conv2d_group_norm_pool_clamp_nan_input(version, inf_weight):
+    """A NaN input poisons what it poisons in torch's chain (its sample's group), and an
+    infinite weight its channel's group in every sample (v3 splits the weights itself, and
+    the cross parts of a non-finite weight must be 0); the rest stays allclose."""
     m = p85_model(8, 64, 16, 0.0, 1.0)
     x = rand(2, 8, 30, 30, low=0.0)
     x[0, 2, 10, 10] = float("nan")
     with torch.no_grad():
-        torch.testing.assert_close(one_pass(m, x, 0.0, 1.0), m(x), atol=ATOL, rtol=RTOL,
-                                   equal_nan=True)
+        if inf_weight:
+            m.conv.weight[13, 1, 1, 1] = float("inf")
+        ref = m(x)
+        poison_next(*ref.shape)
+        out = one_pass(m, x, 0.0, 1.0, version)
+    assert torch.equal(out.isnan(), ref.isnan()) and ref.isnan().any()
+    torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL, equal_nan=True)
 
 
 # ------------------------------------------------------------- TF32 and the ModelNews

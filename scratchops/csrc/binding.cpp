@@ -379,8 +379,8 @@ struct PackedWeights {
     TensorCorePath engine = TensorCorePath::kWgmma;
 };
 template <class T>
-PackedWeights packed_weights(const Tensor& w, const Conv& c, bool may_stage) {
-    const TensorCorePath engine = tensor_core_engine(w, "this convolution");
+PackedWeights packed_weights(const Tensor& w, const Conv& c, bool may_stage,
+                             TensorCorePath engine) {
     const bool staged = may_stage && conv2d_implicit_stages_a<T>(c.g, c.tf32, engine);
     at::DataPtr packed = workspace(conv2d_implicit_packed_bytes(c.g, c.cout));
     const cudaError_t err = conv2d_implicit_pack(
@@ -390,6 +390,10 @@ PackedWeights packed_weights(const Tensor& w, const Conv& c, bool may_stage) {
     at::DataPtr channels_last =
         staged ? workspace(conv2d_implicit_channels_last_bytes<T>(c.batch, c.g)) : at::DataPtr();
     return {std::move(packed), std::move(channels_last), engine};
+}
+template <class T>
+PackedWeights packed_weights(const Tensor& w, const Conv& c, bool may_stage) {
+    return packed_weights<T>(w, c, may_stage, tensor_core_engine(w, "this convolution"));
 }
 
 // algorithm 0: im2col + gemm in a bounded workspace; 1: implicit GEMM on the tensor cores.
@@ -464,11 +468,14 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
         const GnPoolArgs<T> a{data<T>(conv_bias), data<T>(gn_weight), data<T>(gn_bias),
                               data<T>(scale),     i32(num_groups),    f32(eps),
                               f32(min),           f32(max)};
-        // (Version 1 runs on the CUDA cores from the weights as they are; the others pack
-        // them for the tensor cores, which the device must have.)
-        const PackedWeights w = version == kConvGnPoolCudaCoreVersion
-                                    ? PackedWeights{}
-                                    : packed_weights<T>(weight, c, false);
+        // Version 1 runs on the CUDA cores from the weights as they are, and so does version
+        // 3's own kernel on the tensor cores (which the device must have); the rest packs them.
+        PackedWeights w;
+        if (version != kConvGnPoolCudaCoreVersion) {
+            w.engine = tensor_core_engine(weight, "this convolution");
+            if (conv_gn_pool_reads_packed<T>(i32(version), c.g, c.cout, c.tf32, w.engine))
+                w = packed_weights<T>(weight, c, false, w.engine);
+        }
         const at::DataPtr ws =
             workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups));
         return conv_gn_pool_launch<T>(i32(version), data<T>(x), data<T>(weight), w.packed.get(),

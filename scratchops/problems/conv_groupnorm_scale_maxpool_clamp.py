@@ -46,8 +46,9 @@ class ModelNew(Model):
     variant="one_pass" (default): conv2d_group_norm_pool_clamp, one pass over the input on the
         tensor cores (sm_80+ GPUs): the convolution's epilogue writes group statistics and
         pooling-window extremes instead of its output, and a finalize kernel writes the
-        result; three kernels per forward with the weights' packing (every call: nothing
-        is kept between forwards).
+        result: two kernels a forward on an sm_90 GPU, whose pass reads the weights
+        straight from the weight tensor; three on the mma.sync engine, which packs them first
+        (every call: nothing is kept between forwards).
         The rule: it is used when the max pool is 4 x 4 (stride 4, no padding), the
         convolution has at most 64 output channels and its output is at least 4 x 4;
         otherwise this variant runs the "fused" chain.

@@ -1,0 +1,58 @@
+"""The call-path numbers of the tree it imports, in one process, for an A/B of two trees on
+one machine (run it once per tree, in turns: PYTHONPATH picks the tree, SCRATCHOPS_BUILD_DIR
+its build):
+  - batch-1 forward of each problem timed as KernelBench times it (synchronised after each
+    call), torch eager beside ModelNew's default variant, with TF32 off and under torch's
+    defaults (main_job.batch1_latency, the rows of `scratchops run`);
+  - host µs per call of each ModelNew beside Model (host_cost's rows);
+  - P85's one pass at KernelBench's size in each dtype, GPU time (L2 flushed, median), and
+    the kernels one call launches (torch.profiler).
+Usage: python3 scripts/latency_probe.py [REPEATS]   (default 20, as `scratchops run`)
+"""
+
+import argparse
+import sys
+
+import torch
+
+import scratchops
+from scratchops.problems import PROBLEMS, build_pair
+from scratchops.tools import host_cost
+from scratchops.tools.main_job import batch1_latency
+from scratchops.tools.timing import time_cuda
+
+
+def main() -> None:
+    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    print(f"tree: {scratchops.__file__}")
+    args = argparse.Namespace(seed=0, repeats=repeats)
+    for key, module in PROBLEMS.items():
+        with torch.no_grad():
+            b1 = batch1_latency(module, args)
+        print(f"{key} b1 sync ms  " + "  ".join(f"{k} {v:.4f}" for k, v in b1.items()) +
+              "  ratios: " + "  ".join(
+                  f"{s} x{b1['eager ' + s] / b1['ModelNew ' + s]:.2f}"
+                  for s in ("TF32 off", "defaults")))
+    rows = host_cost.measure()
+    print(host_cost.table([r for r in rows if "ModelNew" in r["call"]
+                           or r["call"] == "conv2d_group_norm_pool_clamp"]))
+    module = PROBLEMS["p85"]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        _, new = build_pair(module, "one_pass", seed=0)
+        new = new.to(dtype)
+        x = torch.rand(module.batch_size, module.in_channels, module.height, module.width,
+                       device="cuda", dtype=dtype)
+        with torch.no_grad():
+            timing = time_cuda(lambda: new(x), repeats=repeats)
+            with torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                new(x)
+                torch.cuda.synchronize()
+        kernels = [e.name.split("(")[0][-60:] for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA]
+        print(f"p85 b128 one_pass {str(dtype)[6:]:9s} {timing.median_ms:.4f} ms "
+              f"(p10 {timing.p10_ms:.4f}, p90 {timing.p90_ms:.4f}); kernels: {kernels}")
+
+
+if __name__ == "__main__":
+    main()
