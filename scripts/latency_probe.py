@@ -1,9 +1,10 @@
 """The call-path numbers of the tree it imports, in one process, for an A/B of two trees on
-one machine (run it once per tree, in turns: PYTHONPATH picks the tree, SCRATCHOPS_BUILD_DIR
-its build):
-  - batch-1 forward of each problem timed as KernelBench times it (synchronised after each
-    call), torch eager beside ModelNew's default variant, with TF32 off and under torch's
-    defaults (main_job.batch1_latency, the rows of `scratchops run`);
+one machine (run it once per tree, in turns: PYTHONPATH=TREE picks the tree, also over an
+editable install, SCRATCHOPS_BUILD_DIR=DIR its build; the first line printed names the tree):
+  - batch-1 forward of each problem, synchronised after each call, by KernelBench's timer
+    and with the call's host time in full, torch eager beside ModelNew's default variant,
+    with TF32 off and under torch's defaults (main_job.batch1_latency, the rows of
+    `scratchops run`);
   - host µs per call of each ModelNew beside Model (host_cost's rows);
   - P85's one pass at KernelBench's size in each dtype, GPU time (L2 flushed, median), and
     the kernels one call launches (torch.profiler).
@@ -18,7 +19,7 @@ import torch
 import scratchops
 from scratchops.problems import PROBLEMS, build_pair
 from scratchops.tools import host_cost
-from scratchops.tools.main_job import batch1_latency
+from scratchops.tools.main_job import BATCH1_SETTINGS, BATCH1_TIMERS, batch1_latency
 from scratchops.tools.timing import time_cuda
 
 
@@ -29,10 +30,10 @@ def main() -> None:
     for key, module in PROBLEMS.items():
         with torch.no_grad():
             b1 = batch1_latency(module, args)
-        print(f"{key} b1 sync ms  " + "  ".join(f"{k} {v:.4f}" for k, v in b1.items()) +
-              "  ratios: " + "  ".join(
-                  f"{s} x{b1['eager ' + s] / b1['ModelNew ' + s]:.2f}"
-                  for s in ("TF32 off", "defaults")))
+        print(f"{key} b1 sync ms  " + "  ".join(f"{k} {v:.4f}" for k, v in b1.items()))
+        print(f"{key} b1 ratios  " + "  ".join(
+            f"{s}{suffix} x{b1[f'eager {s}{suffix}'] / b1[f'ModelNew {s}{suffix}']:.2f}"
+            for suffix, _ in BATCH1_TIMERS for s in BATCH1_SETTINGS))
     rows = host_cost.measure()
     print(host_cost.table([r for r in rows if "ModelNew" in r["call"]
                            or r["call"] == "conv2d_group_norm_pool_clamp"]))

@@ -99,10 +99,17 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
 
 
 def time_synchronized(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
-                      repeats: int = DEFAULT_REPEATS, flush_l2: bool = True) -> Timing:
-    """Time `fn()` the way KernelBench does: CUDA events around each call and a
-    synchronisation after each one, so that a call's host time (Python, dispatch, launches)
-    counts whenever it exceeds the GPU time, as it does for a caller who waits for results."""
+                      repeats: int = DEFAULT_REPEATS, flush_l2: bool = True,
+                      host_in_full: bool = False) -> Timing:
+    """Time `fn()` with CUDA events around each call and a synchronisation after each one.
+
+    host_in_full=False is KernelBench's timer (its `time_execution_with_cuda_event`): the L2
+    flush is queued and the start event recorded behind it, so the call's launches are
+    queued while the flush still runs, and up to the flush's GPU time of the call's host
+    time (Python, dispatch, launches) is hidden from the interval; only host time beyond it
+    counts. host_in_full=True waits for the flush before the start event, so the call starts
+    on an idle GPU and its whole host time is inside the interval: the latency a caller who
+    waits for each result sees."""
     device = torch.device("cuda", torch.cuda.current_device())
     flush = _l2_flush_buffer(device) if flush_l2 else None
     for _ in range(warmup):
@@ -112,6 +119,8 @@ def time_synchronized(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
     for _ in range(repeats):
         if flush is not None:
             flush.zero_()
+            if host_in_full:
+                torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
