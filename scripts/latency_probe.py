@@ -3,7 +3,7 @@ one machine (run it once per tree, in turns: PYTHONPATH=TREE picks the tree, als
 editable install, SCRATCHOPS_BUILD_DIR=DIR its build; the first line printed names the tree):
   - batch-1 forward of each problem, synchronised after each call, by KernelBench's timer
     and with the call's host time in full, torch eager beside ModelNew's default variant,
-    with TF32 off and under torch's defaults (main_job.batch1_latency, the rows of
+    with TF32 off and under torch's defaults (host_cost.batch1_latency, the rows of
     `scratchops run`);
   - host µs per call of each ModelNew beside Model (host_cost's rows);
   - P85's one pass at KernelBench's size in each dtype, GPU time (L2 flushed, median), and
@@ -19,7 +19,7 @@ import torch
 import scratchops
 from scratchops.problems import PROBLEMS, build_pair
 from scratchops.tools import host_cost
-from scratchops.tools.main_job import BATCH1_SETTINGS, BATCH1_TIMERS, batch1_latency
+from scratchops.tools.host_cost import BATCH1_SETTINGS, BATCH1_TIMERS, batch1_latency
 from scratchops.tools.timing import time_cuda
 
 

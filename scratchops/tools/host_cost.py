@@ -1,5 +1,8 @@
-"""Host time per call: each public operator beside its torch counterpart (for a fused
-operator, the torch ops it replaces), and each problem's ModelNew beside KernelBench's Model.
+"""What a call costs the host: the host time per call of each public operator beside its torch
+counterpart (for a fused operator, the torch ops it replaces) and of each problem's ModelNew
+beside KernelBench's Model (`scratchops bench`'s table), and the batch-1 latency of each
+problem by two timers (`scratchops run`'s batch-1 rows; docs/call-path.md, "Timing a call at
+batch 1").
 
 Inputs are tiny and the host time is the CPU's alone: Python, the dispatcher, argument
 checks, allocation and launches, timed in short rounds that never wait for the GPU, torch's
@@ -11,6 +14,10 @@ same host work).
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -18,7 +25,7 @@ import scratchops
 
 from ..problems import PROBLEMS, build_pair
 from .report import format_table
-from .timing import host_us_per_call
+from .timing import host_us_per_call, tf32_disabled, time_synchronized
 
 
 def _pairs() -> list[tuple[str, object, object]]:
@@ -87,3 +94,40 @@ def table(rows: list[dict]) -> str:
                                    f"{r['scratchops_us'] / r['torch_us']:.2f}",
                                    f"{r['torch_loop_us']:.1f}", f"{r['scratchops_loop_us']:.1f}"]
                                   for r in rows])
+
+
+# The batch-1 timers (time_synchronized): KernelBench's, whose queued L2 flush hides up to its
+# own GPU time of a call's host time, and the one that counts the host time in full. A key of
+# batch1_latency's result is "<eager|ModelNew> <setting><suffix>".
+BATCH1_TIMERS = (("", False), (", host in full", True))
+BATCH1_SETTINGS = ("TF32 off", "defaults")
+
+
+def batch1_latency(module, args: argparse.Namespace) -> dict:
+    """Batch-1 forward latency of torch eager and ModelNew's default variant, under torch's
+    default switches and with TF32 off, synchronised after each call, by both timers of
+    BATCH1_TIMERS: at batch 1 the host's time per call is most of a call's latency."""
+    model, new = build_pair(module, next(iter(module.VARIANTS)), args.seed)
+    x = torch.rand(1, module.in_channels, module.height, module.width, device="cuda")
+    times = {}
+    for suffix, host_in_full in BATCH1_TIMERS:
+        for label in BATCH1_SETTINGS:
+            with tf32_disabled() if label == "TF32 off" else contextlib.nullcontext():
+                for name, fn in (("eager", model), ("ModelNew", new)):
+                    times[f"{name} {label}{suffix}"] = time_synchronized(
+                        functools.partial(fn, x), repeats=10 * args.repeats,
+                        host_in_full=host_in_full).median_ms
+    return times
+
+
+def batch1_summary_lines(key: str, b1: dict) -> list[str]:
+    """One line a timer of batch1_latency's result: eager, ModelNew and the ratio, per setting."""
+    lines = []
+    for suffix, _ in BATCH1_TIMERS if b1 else ():
+        timer = suffix.lstrip(", ") or "KernelBench's timer"
+        lines.append(f"  {key} b1 (sync ms, {timer})  " + "  ".join(
+            f"{setting}: eager {b1[f'eager {setting}{suffix}']:.4f} ModelNew "
+            f"{b1[f'ModelNew {setting}{suffix}']:.4f} "
+            f"(x{b1[f'eager {setting}{suffix}'] / b1[f'ModelNew {setting}{suffix}']:.2f})"
+            for setting in BATCH1_SETTINGS))
+    return lines

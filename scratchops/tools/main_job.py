@@ -23,6 +23,7 @@ import torch
 import scratchops
 
 from ..problems import PROBLEMS, build_pair
+from .host_cost import batch1_latency, batch1_summary_lines
 from .report import (ATOL, DTYPES, HALF_FLOAT64_FACTOR, HALF_TOL, compare, dims, envelope,
                      first_line, fmt, format_table, half_float64_rule, tolerance)
 from .train import training_step
@@ -209,30 +210,6 @@ def run_problem(key: str, module, args: argparse.Namespace, default_tf32: dict,
     return result
 
 
-# The batch-1 timers (time_synchronized): KernelBench's, whose queued L2 flush hides up to its
-# own GPU time of a call's host time, and the one that counts the host time in full. A key of
-# batch1_latency's result is "<eager|ModelNew> <setting><suffix>".
-BATCH1_TIMERS = (("", False), (", host in full", True))
-BATCH1_SETTINGS = ("TF32 off", "defaults")
-
-
-def batch1_latency(module, args: argparse.Namespace) -> dict:
-    """Batch-1 forward latency of torch eager and ModelNew's default variant, under torch's
-    default switches and with TF32 off, synchronised after each call, by both timers of
-    BATCH1_TIMERS: at batch 1 the host's time per call is most of a call's latency."""
-    model, new = build_pair(module, next(iter(module.VARIANTS)), args.seed)
-    x = torch.rand(1, module.in_channels, module.height, module.width, device="cuda")
-    times = {}
-    for suffix, host_in_full in BATCH1_TIMERS:
-        for label in BATCH1_SETTINGS:
-            with tf32_disabled() if label == "TF32 off" else contextlib.nullcontext():
-                for name, fn in (("eager", model), ("ModelNew", new)):
-                    times[f"{name} {label}{suffix}"] = time_synchronized(
-                        functools.partial(fn, x), repeats=10 * args.repeats,
-                        host_in_full=host_in_full).median_ms
-    return times
-
-
 def problem_table(key: str, result: dict) -> str:
     entries = result["implementations"]
     columns = [("implementation", "<"), ("max|err| torch", ">"), ("allclose", "<"),
@@ -300,14 +277,7 @@ def summary_lines(results: dict, env: dict, repeats: int) -> list[str]:
             lines.append(f"  {key} b{result['batch']} {ours['label']:<22} "
                          f"{ours['timing']['median_ms']:9.3f} ms  sync "
                          f"{ours['timing_sync']['median_ms']:8.3f} ms  {verdict}  {vs}")
-        b1 = result["batch1_sync"]
-        for suffix, _ in BATCH1_TIMERS if b1 else ():
-            timer = suffix.lstrip(", ") or "KernelBench's timer"
-            lines.append(f"  {key} b1 (sync ms, {timer})  " + "  ".join(
-                f"{setting}: eager {b1[f'eager {setting}{suffix}']:.4f} ModelNew "
-                f"{b1[f'ModelNew {setting}{suffix}']:.4f} "
-                f"(x{b1[f'eager {setting}{suffix}'] / b1[f'ModelNew {setting}{suffix}']:.2f})"
-                for setting in BATCH1_SETTINGS))
+        lines += batch1_summary_lines(key, result["batch1_sync"])
         step = result.get("training_step")
         if step:
             ms = step["ms"]
