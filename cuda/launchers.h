@@ -201,8 +201,9 @@ inline bool conv2d_uses_tf32(const Conv2dGeometry& g) {
 // P85 in one pass: y = clamp(max_pool2d(group_norm(conv2d(x) + conv_bias) * scale, 4), lo, hi),
 // the convolution's output never written (the derivation is at the top of the file). y is
 // batch x out_channels x (out_h / 4) x (out_w / 4). Where conv_gn_pool_reads_packed says so,
-// the weights are packed as for conv2d_implicit_launch (conv2d_implicit_pack). Covers out_channels <= 64 (divisible by
-// groups), out_h and out_w >= 4; returns cudaErrorInvalidValue otherwise. workspace:
+// the weights are packed as for conv2d_implicit_launch (conv2d_implicit_pack). Covers
+// out_channels <= 64 (divisible by groups), out_h and out_w >= 4; returns
+// cudaErrorInvalidValue otherwise. workspace:
 // conv_gn_pool_workspace_bytes (statistics and window extremes), 16-byte aligned.
 template <class T = float>
 struct GnPoolArgs {

@@ -468,8 +468,8 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
         const GnPoolArgs<T> a{data<T>(conv_bias), data<T>(gn_weight), data<T>(gn_bias),
                               data<T>(scale),     i32(num_groups),    f32(eps),
                               f32(min),           f32(max)};
-        // Version 1 runs on the CUDA cores from the weights as they are, and so does version
-        // 3's own kernel on the tensor cores (which the device must have); the rest packs them.
+        // Version 1 (the CUDA cores) and version 3's own kernel (the tensor cores, which the
+        // device must have) read the weight tensor as it is; otherwise the weights are packed.
         PackedWeights w;
         if (version != kConvGnPoolCudaCoreVersion) {
             w.engine = tensor_core_engine(weight, "this convolution");
