@@ -50,7 +50,13 @@ for step in "${STEPS[@]}"; do
             echo "no setuptools wheel in .whl/: run scripts/fetch_build_wheels.sh where there is a network and carry .whl/"
         run_step install 300 $PY -m pip install -e . ;;
     build) run_step build 600 env SCRATCHOPS_VERBOSE_BUILD=1 $PY -c "import scratchops, time; t = time.time(); scratchops.load(); print(f'kernels loaded in {time.time() - t:.1f} s')" ;;
-    pytest) run_step pytest 900 $PY -m pytest ${PYTEST_ARGS:-tests} -q -rs -p no:cacheprovider --durations=12 ;;
+    # On several GPUs with pytest-xdist there: a worker a GPU, a test file's tests on one
+    # worker (tests/conftest.py gives each worker its own default GPU).
+    pytest)
+        GPUS=$($PY -c 'import torch; print(torch.cuda.device_count())')
+        SPREAD=""
+        [ "$GPUS" -gt 1 ] && $PY -c 'import xdist' 2> /dev/null && SPREAD="-n $GPUS --dist loadfile"
+        run_step pytest 900 env SCRATCHOPS_TEST_GPUS="$GPUS" $PY -m pytest ${PYTEST_ARGS:-tests} -q -rs -p no:cacheprovider --durations=12 $SPREAD ;;
     memcheck) run_step memcheck 600 $SANITIZE --tool memcheck $PY scripts/sanitize_driver.py ;;
     racecheck) run_step racecheck 600 $SANITIZE --tool racecheck $PY scripts/sanitize_driver.py ;;
     run) run_step run 900 $PY -m scratchops run --json "$OUT/run.json" ${RUN_ARGS:-} ;;

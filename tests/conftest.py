@@ -1,6 +1,18 @@
+import os
+
 import pytest
 
-from scratchops.tools.timing import tf32_disabled
+# Under pytest-xdist on a machine of several GPUs (scripts/gpu_check.sh's pytest step sets
+# SCRATCHOPS_TEST_GPUS to their number): worker gwK sees the GPUs rotated by K, so that the
+# workers' default devices differ while a test that needs two GPUs still finds them. Set
+# before anything initialises CUDA in the worker.
+_worker, _gpus = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("SCRATCHOPS_TEST_GPUS")
+if _worker and _gpus and int(_gpus) > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
+    _first = int(_worker.removeprefix("gw")) % int(_gpus)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(
+        str((_first + i) % int(_gpus)) for i in range(int(_gpus)))
+
+from scratchops.tools.timing import tf32_disabled  # noqa: E402 (after the GPUs are set)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -8,8 +8,9 @@ Inputs are tiny and the host time is the CPU's alone: Python, the dispatcher, ar
 checks, allocation and launches, timed in short rounds that never wait for the GPU, torch's
 call and ours taking turns (timing.host_us_per_call). Beside it, each call's time in a loop,
 which is the GPU's where the GPU is the slower side (a tiny convolution's k-loop runs its
-latency, not its work). Under torch.no_grad, as inference runs; TF32 off (either way the
-same host work).
+latency, not its work). Under torch.no_grad, as inference runs; the operators with TF32 off,
+each ModelNew in both settings of BATCH1_SETTINGS (under torch's defaults P31's convolution
+takes the TF32 path, whose input copy is one launch more).
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ import scratchops
 
 from ..problems import PROBLEMS, build_pair
 from .report import format_table
-from .timing import host_us_per_call, tf32_disabled, time_synchronized
+from .timing import host_us_per_call, tf32_disabled, time_synchronized_in_turns
+
+
+# The batch-1 timers (time_synchronized): KernelBench's, whose queued L2 flush hides up to its
+# own GPU time of a call's host time, and the one that counts the host time in full. A key of
+# batch1_latency's result is "<eager|ModelNew> <setting><suffix>".
+BATCH1_TIMERS = (("", False), (", host in full", True))
+BATCH1_SETTINGS = ("TF32 off", "defaults")
 
 
 def _pairs() -> list[tuple[str, object, object]]:
@@ -71,19 +79,27 @@ def _row(call: str, theirs, ours) -> dict:
             "torch_loop_us": torch_loop_us, "scratchops_loop_us": scratchops_loop_us}
 
 
+def _setting(label: str):
+    """The switches of one of BATCH1_SETTINGS: TF32 off, or torch's defaults as found."""
+    return tf32_disabled() if label == "TF32 off" else contextlib.nullcontext()
+
+
 def measure() -> list[dict]:
     """One row per operator and per problem: host microseconds per call, torch and ours, and
     each one's microseconds per call in a loop (the slower of host and GPU)."""
     rows = []
     with torch.no_grad():
-        for name, theirs, ours in _pairs():
-            rows.append(_row(name, theirs, ours))
+        with tf32_disabled():
+            for name, theirs, ours in _pairs():
+                rows.append(_row(name, theirs, ours))
         for key, module in PROBLEMS.items():
             variant = next(iter(module.VARIANTS))  # the default
             model, new = build_pair(module, variant, seed=0)
             x = torch.rand(1, module.in_channels, 16, 16, device="cuda")
-            rows.append(_row(f"{key} ModelNew[{variant}] vs Model", lambda: model(x),
-                             lambda: new(x)))
+            for setting in BATCH1_SETTINGS:
+                with _setting(setting):
+                    rows.append(_row(f"{key} ModelNew[{variant}] vs Model, {setting}",
+                                     lambda: model(x), lambda: new(x)))
     return rows
 
 
@@ -96,27 +112,23 @@ def table(rows: list[dict]) -> str:
                                   for r in rows])
 
 
-# The batch-1 timers (time_synchronized): KernelBench's, whose queued L2 flush hides up to its
-# own GPU time of a call's host time, and the one that counts the host time in full. A key of
-# batch1_latency's result is "<eager|ModelNew> <setting><suffix>".
-BATCH1_TIMERS = (("", False), (", host in full", True))
-BATCH1_SETTINGS = ("TF32 off", "defaults")
-
-
 def batch1_latency(module, args: argparse.Namespace) -> dict:
     """Batch-1 forward latency of torch eager and ModelNew's default variant, under torch's
     default switches and with TF32 off, synchronised after each call, by both timers of
-    BATCH1_TIMERS: at batch 1 the host's time per call is most of a call's latency."""
+    BATCH1_TIMERS: at batch 1 the host's time per call is most of a call's latency. Eager's
+    calls and ModelNew's take turns (time_synchronized_in_turns), so that a slow spell of the
+    host or the GPU falls on both."""
     model, new = build_pair(module, next(iter(module.VARIANTS)), args.seed)
     x = torch.rand(1, module.in_channels, module.height, module.width, device="cuda")
     times = {}
     for suffix, host_in_full in BATCH1_TIMERS:
         for label in BATCH1_SETTINGS:
-            with tf32_disabled() if label == "TF32 off" else contextlib.nullcontext():
-                for name, fn in (("eager", model), ("ModelNew", new)):
-                    times[f"{name} {label}{suffix}"] = time_synchronized(
-                        functools.partial(fn, x), repeats=10 * args.repeats,
-                        host_in_full=host_in_full).median_ms
+            with _setting(label):
+                eager, ours = time_synchronized_in_turns(
+                    [functools.partial(model, x), functools.partial(new, x)],
+                    repeats=10 * args.repeats, host_in_full=host_in_full)
+            times[f"eager {label}{suffix}"] = eager.median_ms
+            times[f"ModelNew {label}{suffix}"] = ours.median_ms
     return times
 
 

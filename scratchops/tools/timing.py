@@ -110,24 +110,39 @@ def time_synchronized(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
     counts. host_in_full=True waits for the flush before the start event, so the call starts
     on an idle GPU and its whole host time is inside the interval: the latency a caller who
     waits for each result sees."""
+    return time_synchronized_in_turns([fn], warmup=warmup, repeats=repeats, flush_l2=flush_l2,
+                                      host_in_full=host_in_full)[0]
+
+
+def time_synchronized_in_turns(fns: Sequence[Callable[[], object]], *,
+                               warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS,
+                               flush_l2: bool = True, host_in_full: bool = False) -> list[Timing]:
+    """time_synchronized of each of `fns`, the calls taking turns: round r times every
+    function once, starting at function r % len(fns), so that whatever changes over a run
+    (the host's speed, the GPU's clocks) falls on all of them alike and none always follows
+    the same one. A Timing per function, in the order given."""
     device = torch.device("cuda", torch.cuda.current_device())
     flush = _l2_flush_buffer(device) if flush_l2 else None
-    for _ in range(warmup):
-        fn()
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize(device)
-    samples = []
-    for _ in range(repeats):
-        if flush is not None:
-            flush.zero_()
-            if host_in_full:
-                torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize(device)
-        samples.append(start.elapsed_time(end))
-    return Timing.from_samples(samples)
+    samples: list[list[float]] = [[] for _ in fns]
+    for r in range(repeats):
+        for i in range(len(fns)):
+            which = (r + i) % len(fns)
+            if flush is not None:
+                flush.zero_()
+                if host_in_full:
+                    torch.cuda.synchronize(device)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[which]()
+            end.record()
+            torch.cuda.synchronize(device)
+            samples[which].append(start.elapsed_time(end))
+    return [Timing.from_samples(s) for s in samples]
 
 
 def host_us_per_call(*fns: Callable[[], object], calls: int = 100,
