@@ -1,4 +1,5 @@
 import os
+import zlib
 
 import pytest
 
@@ -12,7 +13,9 @@ if _worker and _gpus and int(_gpus) > 1 and "CUDA_VISIBLE_DEVICES" not in os.env
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(
         str((_first + i) % int(_gpus)) for i in range(int(_gpus)))
 
-from scratchops.tools.timing import tf32_disabled  # noqa: E402 (after the GPUs are set)
+import torch  # noqa: E402 (after the GPUs are set)
+
+from scratchops.tools.timing import tf32_disabled  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -20,3 +23,13 @@ def _true_fp32_references():
     # torch's fp32 references must be true fp32: no TF32 in matmul or cuDNN convolutions.
     with tf32_disabled():
         yield
+
+
+@pytest.fixture(autouse=True)
+def _seed_of_its_own(request):
+    # Each test draws its random inputs after a seed of its own (its id's CRC-32, plus
+    # SCRATCHOPS_TEST_SEED where set: another draw of every test), so that what it draws does
+    # not hang on which tests ran before it in the process, an order that differs when the
+    # tests are spread over workers. Inputs stay random, and a failure repeats.
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode())
+                      + int(os.environ.get("SCRATCHOPS_TEST_SEED", "0")))

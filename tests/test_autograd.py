@@ -106,15 +106,62 @@ def torch_conv_gn_pool_clamp(x, w, cb, groups, gw, gb, scale, eps, lo, hi):
     return torch.clamp(F.max_pool2d(y, 4), lo, hi)
 
 
+# The fused operators choose on an intermediate value: P31's min (is the convolution's value
+# below, at or above the constant?), P85's pooling (which element is the window's largest?) and
+# clamp (is it inside the bounds?). In a half type, rounding that value moves it by a step or
+# two, and where float64's choice has less margin than that, torch's half result and ours each
+# may choose otherwise, by their own roundings (torch's bf16 group norm rounds differently from
+# float-then-round: docs/notes.md, "Half precision"); a flip sends a whole gradient value
+# elsewhere, so on that draw neither half result bounds the other. The half tests therefore
+# give such outputs no gradient: settled() below is True where float64's choice holds by more
+# than SETTLE_STEPS steps of the half type (eps, the type's relative step) of the values it is
+# made on, so the float64 rule holds on every draw; the fp32 tests keep every choice.
+SETTLE_STEPS = 4
+
+
+def min_settled(y, constant, eps):
+    """Per element of y (float64): whether min(y, constant) chooses the same in the half type."""
+    return (y - constant).abs() > SETTLE_STEPS * eps * y.abs()
+
+
+def pool_settled(conv, normed, gamma_scale, groups, pool, lo, hi, eps):
+    """Per window of max_pool2d(normed, pool) clamped to [lo, hi] (float64 values): whether the
+    half type chooses the same largest element and the same side of each bound. normed =
+    group_norm(conv) * scale; an element's margin counts its own size and the convolution's
+    share of it, |gamma * scale| * |conv| / sigma (a step of conv, normalised)."""
+    n, c, h, w = conv.shape
+    sigma = (conv.reshape(n, groups, -1).var(-1, unbiased=False) + 1e-5).sqrt()
+    sigma = sigma.repeat_interleave(c // groups, 1)[..., None, None]
+    margin = SETTLE_STEPS * eps * (normed.abs() + gamma_scale.abs() * conv.abs() / sigma)
+    rows, cols = h // pool * pool, w // pool * pool
+
+    def windows(t):  # (n, c, rows / pool, cols / pool, pool * pool)
+        t = t[..., :rows, :cols].reshape(n, c, rows // pool, pool, cols // pool, pool)
+        return t.permute(0, 1, 2, 4, 3, 5).reshape(n, c, rows // pool, cols // pool, pool * pool)
+
+    top, where = windows(normed).topk(2, dim=-1)
+    top_margin = windows(margin).gather(-1, where)
+    largest, room = top[..., 0], top_margin[..., 0]
+    return ((largest - top[..., 1] > room + top_margin[..., 1])
+            & ((largest - lo).abs() > room) & ((largest - hi).abs() > room))
+
+
+def settled_out_grad(out_grad, keep):
+    """out_grad with no gradient where a choice is not settled (see SETTLE_STEPS); most of the
+    outputs keep theirs, so the test still tests."""
+    assert keep.shape == out_grad.shape and keep.float().mean() >= 0.25, keep.float().mean()
+    return out_grad * keep
+
+
 # (name, scratchops call, torch call, argument builder) over shapes that are not multiples of
 # any tile: odd sizes, batch 1, one channel, strides, padding, dilation.
 def _cases():
     inf = math.inf
     cases = []
 
-    def add(name, ours, ref, build):
-        chooses = name in ("conv2d_min_add_mul", "conv2d_group_norm_pool_clamp")
-        cases.append(pytest.param(ours, ref, build, chooses, id=f"{name}-{len(cases)}"))
+    def add(name, ours, ref, build, settled=None):
+        # settled: for the operators that choose, settled() of their float64 arguments
+        cases.append(pytest.param(ours, ref, build, settled, id=f"{name}-{len(cases)}"))
 
     for shape, k, d, p, s in [((2, 3, 9, 8), (3, 2), (1, 1), (1, 0), (2, 1)),
                               ((1, 1, 7, 5), (2, 2), (2, 1), (0, 1), (1, 2))]:
@@ -151,7 +198,14 @@ def _cases():
     add("conv2d_min_add_mul",
         lambda x, w, cb, b: scratchops.conv2d_min_add_mul(x, w, cb, 0.25, b, -2.0, padding=1),
         lambda x, w, cb, b: torch_min_add_mul(F.conv2d(x, w, cb, padding=1), 0.25, b, -2.0),
-        lambda: (rand(2, 5, 9, 8), rand(70, 5, 3, 3), rand(70), rand(70, 1, 1)))
+        lambda: (rand(2, 5, 9, 8), rand(70, 5, 3, 3), rand(70), rand(70, 1, 1)),
+        lambda x, w, cb, b, eps: min_settled(F.conv2d(x, w, cb, padding=1), 0.25, eps))
+
+    def gn_pool_settled(x, w, cb, gw, gb, s, eps):
+        conv = F.conv2d(x, w, cb)
+        return pool_settled(conv, F.group_norm(conv, 4, gw, gb, 1e-5) * s,
+                            gw.view(1, -1, 1, 1) * s.view(1, -1, 1, 1), 4, 4, -0.5, 0.5, eps)
+
     for version in (1, 2, 3):
         add("conv2d_group_norm_pool_clamp",
             lambda x, w, cb, gw, gb, s, v=version: scratchops.conv2d_group_norm_pool_clamp(
@@ -159,7 +213,8 @@ def _cases():
             lambda x, w, cb, gw, gb, s: torch_conv_gn_pool_clamp(x, w, cb, 4, gw, gb, s, 1e-5,
                                                                  -0.5, 0.5),
             lambda: (rand(2, 3, 14, 15), rand(8, 3, 3, 3), rand(8), rand(8), rand(8),
-                     rand(8, 1, 1)))
+                     rand(8, 1, 1)),
+            gn_pool_settled)
     for shape, groups in [((2, 6, 5, 7), 3), ((1, 4, 3), 1), ((3, 8, 2, 3, 2), 8)]:
         add("group_norm_scale",
             lambda x, w, b, s, g=groups: scratchops.group_norm_scale(x, g, w, b, s),
@@ -190,28 +245,28 @@ def _cases():
     return cases
 
 
-@pytest.mark.parametrize("ours,ref,build,chooses", _cases())
-def test_gradients_match_torch_and_float64(ours, ref, build, chooses):
+@pytest.mark.parametrize("ours,ref,build,settled", _cases())
+def test_gradients_match_torch_and_float64(ours, ref, build, settled):
     skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
     check_against_torch(ours, ref, build())
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
-@pytest.mark.parametrize("ours,ref,build,chooses", _cases())
-def test_half_gradients_match_torch(ours, ref, build, chooses, dtype):
+@pytest.mark.parametrize("ours,ref,build,settled", _cases())
+def test_half_gradients_match_torch(ours, ref, build, settled, dtype):
     # In fp16 / bf16 against float64 within 4x torch's own half error plus two steps of the
     # gradient's magnitude, and against torch in the same dtype at KernelBench's 1e-2 scaled to
-    # the gradient's magnitude (steps of 2^-6 of it). Not the latter for the fused operators
-    # (`chooses`), whose gradient follows a choice made on an intermediate result that torch
-    # rounds to the half type: P31's min (is the convolution's value below, at or above the
-    # constant?) and P85's pooling (which element is the window's maximum?). A one-step
-    # difference in that rounding flips the choice, in torch's half result as in ours (each
-    # then differs from float64 there), on 0.5-3 % of the elements in these shapes; the float64
-    # rule bounds both.
+    # the gradient's magnitude (steps of 2^-6 of it). The fused operators, which choose on an
+    # intermediate result, get no output gradient where a half rounding can flip the choice
+    # (SETTLE_STEPS), and are not held to torch's half gradient element by element: torch's
+    # bf16 group norm leaves P85's intermediate a step away from ours on many elements.
     skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
     args = requiring_grad(as_dtype(build(), dtype))
     with torch.no_grad():
         out_grad = rand(*ref(*args).shape, dtype=dtype)
+        if settled is not None:
+            out_grad = settled_out_grad(
+                out_grad, settled(*as_dtype(args, torch.float64), torch.finfo(dtype).eps))
     ref_half = gradients(ref, args, out_grad)
     ref64 = gradients(ref, as_dtype(args, torch.float64), out_grad.double())
     ours_half = gradients(ours, args, out_grad)
@@ -225,7 +280,7 @@ def test_half_gradients_match_torch(ours, ref, build, chooses, dtype):
         assert err <= 4 * err_torch + 2 * HALF_GRAD_TOL * scale, (err, err_torch)
         # Where torch's own half result is outside the tolerance of float64 (group norm on
         # large-mean data), the allclose is against float64 rounded to the dtype instead.
-        if chooses:
+        if settled is not None:
             continue
         expected = r if err_torch <= HALF_GRAD_TOL * scale else r64.to(dtype)
         torch.testing.assert_close(o.float(), expected.float(), rtol=HALF_GRAD_TOL,
@@ -422,15 +477,27 @@ def test_random_models_gradients_match(name, init, shape, variant):
     check_model(name, label, init, shape, tweak=_negate_scale)
 
 
+def model_settled(model64, x, eps):
+    """settled() of KernelBench's Model of either problem (float64) at input x."""
+    conv = model64.conv(x)
+    if not hasattr(model64, "group_norm"):  # P31
+        return min_settled(conv, model64.constant_value, eps)
+    gn = model64.group_norm
+    pool = model64.maxpool.kernel_size
+    return pool_settled(conv, gn(conv) * model64.scale,
+                        gn.weight.view(1, -1, 1, 1) * model64.scale.view(1, -1, 1, 1),
+                        gn.num_groups, pool if isinstance(pool, int) else pool[0],
+                        model64.clamp_min, model64.clamp_max, eps)
+
+
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("name,label", MODEL_CASES)
 def test_half_model_new_gradients(name, label, dtype):
     # Against float64, within 4x torch's own error in the dtype plus two steps of the gradient's
-    # magnitude; P31 also allclose to torch in the dtype at those two steps. P85 is not compared
-    # with torch element by element in half: its 4 x 4 windows hold values one half step apart
-    # (ties, often), so a one-step difference in the group norm's rounding sends a window's
-    # gradient to another element, in torch's half result as in ours (each differs from float64
-    # there); the float64 rule bounds both.
+    # magnitude; P31 also allclose to torch in the dtype at those two steps. No output gradient
+    # where a half rounding can flip the model's choice (SETTLE_STEPS). P85 is not compared with
+    # torch element by element in half: torch's bf16 group norm leaves the pooled values a step
+    # away from ours on many elements.
     skip_unless_runnable("cuda", case=(name, label))
     module = PROBLEMS[name]
     model, model_new = build_pair(module, label, 3, "cuda")
@@ -439,7 +506,8 @@ def test_half_model_new_gradients(name, label, dtype):
     model, model_new = model.to(dtype).train(), model_new.to(dtype).train()
     x = rand(2, module.in_channels, 20, 19, low=0.0, high=1.0, dtype=dtype)
     with torch.no_grad():
-        out_grad = rand(*model(x).shape, dtype=dtype)
+        out_grad = settled_out_grad(rand(*model(x).shape, dtype=dtype),
+                                    model_settled(model64, x.double(), torch.finfo(dtype).eps))
     ref = model_grads(model, x, out_grad)
     ref64 = model_grads(model64, x.double(), out_grad.double())
     for r, o, r64 in zip(ref, model_grads(model_new, x, out_grad), ref64):
