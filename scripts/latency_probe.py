@@ -16,7 +16,6 @@ Usage: python3 scripts/latency_probe.py [--b1-kernels] [REPEATS]   (default 20, 
 """
 
 import argparse
-import contextlib
 import statistics
 import sys
 
@@ -26,7 +25,7 @@ import scratchops
 from scratchops.problems import PROBLEMS, build_pair
 from scratchops.tools import host_cost
 from scratchops.tools.host_cost import BATCH1_SETTINGS, BATCH1_TIMERS, batch1_latency
-from scratchops.tools.timing import tf32_disabled, time_cuda
+from scratchops.tools.timing import time_cuda
 
 
 def b1_kernels(calls: int = 20) -> None:
@@ -37,8 +36,7 @@ def b1_kernels(calls: int = 20) -> None:
         x = torch.rand(1, module.in_channels, module.height, module.width, device="cuda")
         for setting in BATCH1_SETTINGS:
             for name, fn in (("eager", model), ("ModelNew", new)):
-                with (tf32_disabled() if setting == "TF32 off" else contextlib.nullcontext()), \
-                        torch.no_grad():
+                with host_cost.switches(setting), torch.no_grad():
                     for _ in range(3):
                         fn(x)
                     torch.cuda.synchronize()

@@ -79,7 +79,7 @@ def _row(call: str, theirs, ours) -> dict:
             "torch_loop_us": torch_loop_us, "scratchops_loop_us": scratchops_loop_us}
 
 
-def _setting(label: str):
+def switches(label: str):
     """The switches of one of BATCH1_SETTINGS: TF32 off, or torch's defaults as found."""
     return tf32_disabled() if label == "TF32 off" else contextlib.nullcontext()
 
@@ -97,7 +97,7 @@ def measure() -> list[dict]:
             model, new = build_pair(module, variant, seed=0)
             x = torch.rand(1, module.in_channels, 16, 16, device="cuda")
             for setting in BATCH1_SETTINGS:
-                with _setting(setting):
+                with switches(setting):
                     rows.append(_row(f"{key} ModelNew[{variant}] vs Model, {setting}",
                                      lambda: model(x), lambda: new(x)))
     return rows
@@ -123,7 +123,7 @@ def batch1_latency(module, args: argparse.Namespace) -> dict:
     times = {}
     for suffix, host_in_full in BATCH1_TIMERS:
         for label in BATCH1_SETTINGS:
-            with _setting(label):
+            with switches(label):
                 eager, ours = time_synchronized_in_turns(
                     [functools.partial(model, x), functools.partial(new, x)],
                     repeats=10 * args.repeats, host_in_full=host_in_full)
