@@ -7,11 +7,11 @@ import pytest
 # SCRATCHOPS_TEST_GPUS to their number): worker gwK sees the GPUs rotated by K, so that the
 # workers' default devices differ while a test that needs two GPUs still finds them. Set
 # before anything initialises CUDA in the worker.
-_worker, _gpus = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("SCRATCHOPS_TEST_GPUS")
-if _worker and _gpus and int(_gpus) > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
-    _first = int(_worker.removeprefix("gw")) % int(_gpus)
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(
-        str((_first + i) % int(_gpus)) for i in range(int(_gpus)))
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+_gpus = int(os.environ.get("SCRATCHOPS_TEST_GPUS", "0"))
+if _worker and _gpus > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
+    _first = int(_worker.removeprefix("gw"))
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str((_first + i) % _gpus) for i in range(_gpus))
 
 import torch  # noqa: E402 (after the GPUs are set)
 
