@@ -6,8 +6,11 @@
 // k = tap * cin_pad + ci with tap = r * S + s and cin_pad = Cin rounded up to 8 (so a thread's
 // 8 consecutive k, see tf32x3.cuh, are 8 channels of one tap). A[m][k] is the input value
 // under tap (r, s) of pixel m in channel ci, read straight from the NCHW input: the im2col
-// matrix of conv_im2col.cu is never written. B = the weights, packed once per call. The
-// store, + bias or P31's tail, is conv_store.cuh's.
+// matrix of conv_im2col.cu is never written. B = the weights, packed at every call: on the
+// wgmma engine by the convolution's own grid before its first tile (tensor_core_operands.cuh's
+// pack_b_in_grid), so that a call is one launch (v4: two, with the input's channels-last
+// copy); elsewhere by pack_b's kernel first. The store, + bias or P31's tail, is
+// conv_store.cuh's.
 //
 // Versions (conv2d's algorithm="implicit_gemm"; conv_im2col.cu + gemm.cu stay the
 // educational "im2col_gemm" path):
@@ -79,38 +82,51 @@ tc::PackedB staged_layout(const Conv2dGeometry& g, int out_channels, int bn) {
     const int k = g.kernel_h * g.kernel_w * staged_cblocks<Op>(g) * tc::Operand<Op>::kBlockK;
     return tc::packed_b_layout<Op>(bn, out_channels, k, 1);
 }
+// The weights as staged_layout's B (weight may be nullptr: a source not present).
+template <class Op, class T>
+conv_tc::ConvWeights<T> staged_source(const T* weight, int out_channels,
+                                      const Conv2dGeometry& g) {
+    return {weight,     out_channels, g.channels, staged_cblocks<Op>(g) * tc::Operand<Op>::kBlockK,
+            g.kernel_h, g.kernel_w};
+}
 template <int BN, class Op, class T>
 cudaError_t pack_staged(const T* weight, int out_channels, const Conv2dGeometry& g,
                         void* packed, cudaStream_t stream) {
-    const int cin_pad = staged_cblocks<Op>(g) * tc::Operand<Op>::kBlockK;
-    const conv_tc::ConvWeights<T> src{weight, out_channels, g.channels, cin_pad,
-                                      g.kernel_h, g.kernel_w};
-    return tc::pack_b<BN, Op, true>(src, static_cast<uint8_t*>(packed),
+    return tc::pack_b<BN, Op, true>(staged_source<Op>(weight, out_channels, g),
+                                    static_cast<uint8_t*>(packed),
                                     staged_layout<Op>(g, out_channels, BN), stream);
 }
 
 // Op: the operand type multiplied (float: TF32, one product or three; T: natively in 16 bits).
+// weight: packed into `packed` by this launch where given (see conv2d_implicit_launch).
 template <int BN, int MB, int STAGES, bool kTf32, class Op, class T>
 cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batch,
                 int out_channels, const Conv2dGeometry& g, const ConvTail<T>& tail,
                 bool group_k_blocks, TensorCorePath engine, void* channels_last,
-                cudaStream_t stream) {
+                const T* weight, cudaStream_t stream) {
     const ConvGeometryFast f = conv_tc::fast_geometry<Op>(g, batch, out_channels);
     const ConvStore<T> store{y, bias, tail, f};
     const int m = batch * g.out_h * g.out_w;
     const tc::PackedB layout = conv_tc::weight_layout<Op>(g, out_channels, BN);
+    const conv_tc::ConvWeights<T> source = conv_tc::weight_source<Op>(weight, out_channels, g);
     auto go = [&](auto loader) {
         if constexpr (tc::Operand<Op>::kNative16)  // v3: B resident, where it fits
-            if (resident_b::fits<BN>(layout))
+            if (resident_b::fits<BN>(layout)) {
+                if (source.present()) {  // (its kernel reads B packed: packed first)
+                    const cudaError_t err = conv_tc::pack_weights<BN, Op>(
+                        weight, out_channels, g, const_cast<uint8_t*>(packed), stream);
+                    if (err != cudaSuccess) return err;
+                }
                 return resident_b::launch<BN, kResidentWarpgroups, Op>(loader, store, packed,
                                                                        layout, m, stream);
+            }
         // (Single products sum a whole tile in the tensor cores: no groups to choose.)
         if constexpr (!kTf32)
             if (group_k_blocks && layout.num_kb >= kGroupFrom)
                 return tensor_core_launch<BN, MB, STAGES, kGroup, kTf32, Op>(
-                    engine, loader, store, packed, layout, m, 1, true, stream);
-        return tensor_core_launch<BN, MB, STAGES, 1, kTf32, Op>(engine, loader, store, packed,
-                                                                layout, m, 1, true, stream);
+                    engine, loader, store, packed, layout, m, 1, true, stream, source);
+        return tensor_core_launch<BN, MB, STAGES, 1, kTf32, Op>(
+            engine, loader, store, packed, layout, m, 1, true, stream, source);
     };
     if (channels_last != nullptr) {  // v4: the single-product modes, multiplying T itself
         if constexpr (kTf32 && std::is_same_v<Op, T>) {
@@ -120,7 +136,8 @@ cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batc
             if (err != cudaSuccess) return err;
             return staged_a::launch<BN, Op>(
                 channels_last, g, batch, packed, staged_layout<Op>(g, out_channels, BN),
-                staged_cblocks<Op>(g), store, stream);
+                staged_cblocks<Op>(g), store, stream,
+                staged_source<Op>(weight, out_channels, g));
         }
         return cudaErrorInvalidValue;
     }
@@ -173,7 +190,7 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
                                    int batch, int out_channels, const Conv2dGeometry& g,
                                    const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
                                    cudaStream_t stream, bool group_k_blocks,
-                                   void* channels_last) {
+                                   void* channels_last, const T* weight) {
     if (batch <= 0 || out_channels <= 0 || g.out_h <= 0 || g.out_w <= 0) return cudaSuccess;
     if (channels_last != nullptr && !conv2d_implicit_stages_a<T>(g, tf32, engine))
         return cudaErrorInvalidValue;
@@ -184,10 +201,10 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
         if (tile_width(out_channels) == kNarrowBN)
             return run<kNarrowBN, kNarrowMB, kNarrowStages, kT, Op>(
                 x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine,
-                channels_last, stream);
+                channels_last, weight, stream);
         return run<kWideBN, kWideMB, kWideStages, kT, Op>(
             x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine, channels_last,
-            stream);
+            weight, stream);
     };
     // (The half types have the single-product modes alone: their 3xTF32 kernels are never
     // built.)
@@ -207,7 +224,7 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
     template cudaError_t conv2d_implicit_launch<T>(const T*, const void*, const T*, T*, int,  \
                                                    int, const Conv2dGeometry&,               \
                                                    const ConvTail<T>&, bool, TensorCorePath, \
-                                                   cudaStream_t, bool, void*);
+                                                   cudaStream_t, bool, void*, const T*);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X
 

@@ -113,11 +113,14 @@ struct Im2colRows {
     }
 };
 
-// B: weight (Cout, Cin, R, S) as the N x K matrix B(co, k), 0 outside.
+// B: weight (Cout, Cin, R, S) as the N x K matrix B(co, k), 0 outside. A source a launch
+// packs itself (tensor_core_operands.cuh's pack_b_in_grid) where w is given.
 template <class T>
 struct ConvWeights {
+    static constexpr bool kPacks = true;
     const T* w;
     int cout, cin, cin_pad, kernel_h, kernel_w;
+    __host__ __device__ bool present() const { return w != nullptr; }
     __device__ float operator()(int /*entry*/, int co, int k) const {
         const int tap = k / cin_pad, ci = k - tap * cin_pad;
         if (co >= cout || ci >= cin || tap >= kernel_h * kernel_w) return 0.0f;
@@ -155,12 +158,17 @@ tc::PackedB weight_layout(const Conv2dGeometry& g, int out_channels, int bn) {
     return tc::packed_b_layout<Op>(bn, out_channels, k, 1);
 }
 
+// The weights as weight_layout's B (weight may be nullptr: a source not present).
+template <class Op = float, class T>
+ConvWeights<T> weight_source(const T* weight, int out_channels, const Conv2dGeometry& g) {
+    return {weight, out_channels, g.channels, padded_channels<Op>(g), g.kernel_h, g.kernel_w};
+}
+
 template <int BN, class Op = float, class T>
 cudaError_t pack_weights(const T* weight, int out_channels, const Conv2dGeometry& g,
                          void* packed, cudaStream_t stream) {
-    const ConvWeights<T> src{weight,           out_channels, g.channels, padded_channels<Op>(g),
-                             g.kernel_h,       g.kernel_w};
-    return tc::pack_b<BN, Op>(src, static_cast<uint8_t*>(packed),
+    return tc::pack_b<BN, Op>(weight_source<Op>(weight, out_channels, g),
+                              static_cast<uint8_t*>(packed),
                               weight_layout<Op>(g, out_channels, BN), stream);
 }
 

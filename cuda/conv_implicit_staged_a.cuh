@@ -120,7 +120,7 @@ struct Walk {
 struct Params {
     CUtensorMap a_map;
     const uint8_t* packed_b;
-    long long b_stage_bytes;  // layout.stage_bytes(): one k-block of the packed B
+    PackedB b_layout;  // (b_layout.stage_bytes(): one k-block of the packed B)
     Walk walk;
 };
 
@@ -169,7 +169,7 @@ __device__ void fill_rings(const Params& params, uint8_t* rings, uint8_t* b_resi
         mbarrier_arrive_expect_tx(&bars.b_ready, walk.num_kb * Cfg::kBBytes);
         for (int kb = 0; kb < walk.num_kb; ++kb)
             bulk_copy_to_shared(b_resident + kb * Cfg::kBBytes,
-                                params.packed_b + kb * params.b_stage_bytes, Cfg::kBBytes,
+                                params.packed_b + kb * params.b_layout.stage_bytes(), Cfg::kBBytes,
                                 &bars.b_ready);
     }
     // Lane 0 of warp c fills consumer c's rings: each A box, then (unless B is resident)
@@ -182,7 +182,7 @@ __device__ void fill_rings(const Params& params, uint8_t* rings, uint8_t* b_resi
         int n, oh, ow0, nt;
         walk.tile(t, Cfg::kTileRows, n, oh, ow0, nt);
         const uint8_t* b_tile =
-            params.packed_b + static_cast<long long>(nt) * walk.num_kb * params.b_stage_bytes;
+            params.packed_b + static_cast<long long>(nt) * walk.num_kb * params.b_layout.stage_bytes();
         for (int l = 0; l < walk.a_loads; ++l, ++a_j) {
             int r, g, cb;
             walk.box(l, r, g, cb);
@@ -201,7 +201,7 @@ __device__ void fill_rings(const Params& params, uint8_t* rings, uint8_t* b_resi
                     mbarrier_arrive_expect_tx(&bars.b_full[c][b_stage], Cfg::kBBytes);
                     bulk_copy_to_shared(b_ring + b_stage * Cfg::kBBytes,
                                         b_tile + walk.kblock(r, g, cb, i) *
-                                                     params.b_stage_bytes,
+                                                     params.b_layout.stage_bytes(),
                                         Cfg::kBBytes, &bars.b_full[c][b_stage]);
                 }
             }
@@ -209,10 +209,17 @@ __device__ void fill_rings(const Params& params, uint8_t* rings, uint8_t* b_resi
     }
 }
 
-template <int BN, int MB, bool kResidentB, class Op, class Epilogue>
+// pack_inside: the grid packs B from b_source into params.packed_b first (tc::pack_b_in_grid,
+// a cooperative launch); otherwise params.packed_b holds B packed already.
+template <int BN, int MB, bool kResidentB, class Op, class Epilogue, class BSource>
 __global__ void __launch_bounds__(kThreads, 1)
-    staged_a_kernel(const __grid_constant__ Params params, const Epilogue epilogue) {
+    staged_a_kernel(const __grid_constant__ Params params, const Epilogue epilogue,
+                    const BSource b_source, const bool pack_inside) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (BSource::kPacks)
+        if (pack_inside)  // (the launch's own workspace, written by this launch alone)
+            tc::pack_b_in_grid<BN, Op, true>(b_source, const_cast<uint8_t*>(params.packed_b),
+                                             params.b_layout);
     using Cfg = Config<BN, MB, kResidentB, Op>;
     constexpr int kAS = Cfg::kAStages, kBS = Cfg::kBStages;
     extern __shared__ uint8_t smem_raw[];

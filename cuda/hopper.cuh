@@ -301,6 +301,12 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 __device__ __forceinline__ void fence_proxy_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// The same for global memory read next by the copy engine (a bulk copy, a tensor-map load):
+// the writing threads fence before the barrier that publishes the data, the reading thread
+// after it.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+}
 
 // A barrier among `threads` threads (a multiple of 32) that name the same id (1 to 15; 0 is
 // __syncthreads'): one warpgroup's threads, without stopping the other warpgroups.

@@ -183,12 +183,18 @@ cudaError_t conv2d_implicit_pack(const T* weight, int out_channels, const Conv2d
 // group_k_blocks: let long reductions keep several k-blocks in one partial sum (5% faster on
 // P31's forward, a little less accurate: conv_implicit.cu); false: one k-block a partial sum
 // (the input gradient of conv_backward.cu, whose error the tests hold to 4x torch's).
+// weight: nullptr where `packed` holds the weights packed already (conv2d_implicit_pack, the
+// same staged or not as the launch); given, the launch packs them into `packed` (a workspace
+// of conv2d_implicit_packed_bytes) itself, so that nothing packed outlives the call: on the
+// wgmma engine inside the convolution's own kernel (v1, v2 and v4: its persistent grid packs,
+// meets at a grid barrier, then multiplies; a cooperative launch), elsewhere (v3, mma.sync,
+// a GPU that cannot hold the whole grid at once) with the packing kernel first.
 template <class T>
 cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias, T* y,
                                    int batch, int out_channels, const Conv2dGeometry& g,
                                    const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
                                    cudaStream_t stream, bool group_k_blocks = true,
-                                   void* channels_last = nullptr);
+                                   void* channels_last = nullptr, const T* weight = nullptr);
 // Whether a convolution whose torch counterpart may use TF32 (torch.backends.cudnn.allow_tf32)
 // computes in TF32: cuDNN chooses per shape, and the rule that agrees with it best over the
 // measured shapes (docs/tf32.md) is a reduction of at least kTf32MinReduction = Cin*kh*kw.

@@ -8,8 +8,11 @@
 //             a_small*b_big + a_big*b_small + a_big*b_big (the cross terms first, with the
 //             "cross" big parts that are 0 for a non-finite value, so Inf and NaN come out as
 //             fp32 gives them); the dropped a_small*b_small is ~2^-22 relative.
-//   B packed  Once per launch, B is packed as shared memory wants it (tensor_core_operands.cuh);
-//             one bulk copy (the copy engine, no thread work) then moves a k-block's B in.
+//   B packed  Once per launch, B is packed as shared memory wants it (tensor_core_operands.cuh):
+//             by pack_b's kernel before the launch, or by the kernel's own grid as its first
+//             act (pack_b_in_grid: every CTA packs a share, the grid meets at a barrier; one
+//             launch instead of two); one bulk copy (the copy engine, no thread work) then
+//             moves a k-block's B in.
 //   A gathered Each consumer thread loads its own rows of A straight from global memory into
 //             registers (a row-major matrix, or an NCHW input read as its im2col rows: no
 //             column matrix ever exists), one k-block ahead, splits them there, and feeds
@@ -220,15 +223,21 @@ struct ANext {
     }
 };
 
+// pack_inside: the grid packs B from b_source into packed_b first (pack_b_in_grid; the launch
+// is then cooperative). Otherwise packed_b holds B packed already.
 template <int BN, int MB, int STAGES, int kGroup, bool kTf32, class Op, class ALoader,
-          class Epilogue>
+          class Epilogue, class BSource>
 __global__ void __launch_bounds__(kThreads, 1)
     tf32x3_kernel(const ALoader loader, const Epilogue epilogue, const uint8_t* packed_b,
-                  const PackedB layout, const TileGrid grid) {
+                  const PackedB layout, const TileGrid grid, const BSource b_source,
+                  const bool pack_inside) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Cfg = Config<BN, MB, STAGES, kTf32>;
     constexpr int kAcc = BN / 2;
     static_assert(kTf32 || !Operand<Op>::kNative16, "the 16-bit products are single products");
+    if constexpr (BSource::kPacks)
+        if (pack_inside)  // (the launch's own workspace, written by this launch alone)
+            pack_b_in_grid<BN, Op, false>(b_source, const_cast<uint8_t*>(packed_b), layout);
 
     extern __shared__ uint8_t smem_raw[];
     __shared__ uint64_t full_bar[STAGES], empty_bar[STAGES];
@@ -352,23 +361,31 @@ __global__ void __launch_bounds__(kThreads, 1)
 // persistent = false: one CTA a tile instead of one a multiprocessor (gemm v8: the kernel as
 // it is without persistence; its tile loop then runs once). Op: the operand type multiplied
 // (Operand: float, or a 16-bit type natively, with kTf32, a loader giving fetch_pair and B
-// packed by pack_b<BN, Op>).
+// packed by pack_b<BN, Op>). b_source: where b_source.present(), the launch packs B from it
+// into `packed` (a workspace of layout.bytes()) itself: inside the kernel, a cooperative
+// launch, on a persistent grid; where the GPU cannot hold that grid at once, or without
+// persistence, with pack_b's kernel first.
 template <int BN, int MB, int STAGES, int kGroup = 1, bool kTf32 = false, class Op = float,
-          class ALoader, class Epilogue>
+          class ALoader, class Epilogue, class BSource = PackedAlready>
 cudaError_t launch(const ALoader& loader, const Epilogue& epilogue, const uint8_t* packed,
                    const PackedB& layout, int m_rows, int batch, bool b_shared,
-                   cudaStream_t stream, bool persistent = true) {
+                   cudaStream_t stream, bool persistent = true,
+                   const BSource& b_source = BSource{}) {
     using Cfg = Config<BN, MB, STAGES, kTf32>;
-    auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, kTf32, Op, ALoader, Epilogue>;
+    auto kernel = tf32x3_kernel<BN, MB, STAGES, kGroup, kTf32, Op, ALoader, Epilogue, BSource>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
     TileGrid grid;
     int tiles = 0;
-    const cudaError_t err = prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows, Cfg::kBM,
-                                           layout, batch, b_shared, grid, tiles);
+    cudaError_t err = prepare_launch(smem_set_on, kernel, Cfg::kSmemBytes, m_rows, Cfg::kBM,
+                                     layout, batch, b_shared, grid, tiles);
     if (err != cudaSuccess || tiles == 0) return err;
     const int ctas = persistent && sm_count() < tiles ? sm_count() : tiles;
-    kernel<<<ctas, kThreads, Cfg::kSmemBytes, stream>>>(loader, epilogue, packed, layout, grid);
-    return cudaGetLastError();
+    return launch_packing_b<BN, Op, false>(
+        b_source, packed, layout, ctas, persistent, stream, [&](bool pack_inside, int grid_ctas) {
+            return launch_cooperative(pack_inside, kernel, grid_ctas, kThreads, Cfg::kSmemBytes,
+                                      stream, loader, epilogue, packed, layout, grid, b_source,
+                                      pack_inside);
+        });
 }
 
 }  // namespace tf32x3

@@ -1,8 +1,8 @@
 """Where the host time of a P31 ModelNew call goes, layer by layer, in one process (the
 timer of `scratchops bench`'s host-cost table: timing.host_us_per_call, the calls taking
 turns): ModelNew's forward, the public function it calls, binding.cpp's direct call below it
-(pybind11, the dispatcher, the checks, two allocations and two launches: the weights'
-packing and the convolution), and beside them reference calls: torch.empty_like (one
+(pybind11, the dispatcher, the checks, two allocations, the output and the workspace of the
+weights the convolution's kernel packs, and one launch), and beside them reference calls: torch.empty_like (one
 allocation), scratchops.tensor_core_engine (a pybind11 call that launches nothing),
 scratchops.scale (a public operator of one allocation and one launch), torch's own ops and
 KernelBench's Model. Tiny inputs, no gradient, TF32 off.

@@ -138,6 +138,22 @@ def test_conv2d_implicit_gemm_nan_and_inf_input():
                                rtol=RTOL, equal_nan=True)
 
 
+# The weights are packed inside the convolution's kernel (its whole grid packs, then meets):
+# a non-finite weight must reach every CTA's "B has a non-finite value" test, wherever it
+# sits, on a grid of one CTA and on one of every multiprocessor.
+@pytest.mark.parametrize("x_shape,cout", [((1, 8, 9, 9), 16), ((6, 64, 40, 40), 128)])
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_conv2d_implicit_gemm_nonfinite_weights(x_shape, cout, where):
+    x, w, b = conv_inputs(x_shape, (cout, x_shape[1], 3, 3))
+    at = (0, 0, 0, 0) if where == "first" else (cout - 1, x_shape[1] - 1, 2, 2)
+    w[at] = float("inf")
+    w[(at[0], at[1], 1, 1)] = float("nan") if where == "last" else -float("inf")
+    out = scratchops.conv2d(x, w, b, algorithm="implicit_gemm")
+    torch.testing.assert_close(out, F.conv2d(x, w, b), atol=ATOL, rtol=RTOL, equal_nan=True)
+    assert not torch.isfinite(out[:, at[0]]).any()
+    assert torch.isfinite(out[:, :at[0]]).all() and torch.isfinite(out[:, at[0] + 1:]).all()
+
+
 # ------------------------------------------------------------------- P31 in one kernel
 def p31_reference(x, w, cb, constant, bias, factor):
     ref32 = (torch.min(F.conv2d(x, w, cb), torch.tensor(constant)) + bias) * factor

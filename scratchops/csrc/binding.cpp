@@ -370,30 +370,47 @@ Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
             x.scalar_type() == at::kFloat && conv_tf32_allowed() && conv2d_uses_tf32(g)};
 }
 
-// The weights packed for the tensor cores now, in a workspace of this call (packing every
-// call costs one small kernel and keeps no copy that could outlive the weights), and the
-// engine that multiplies them. may_stage: the launch may stage A (conv2d_implicit_stages_a);
-// then `channels_last` is its workspace for the input's channels-last copy (else empty).
-struct PackedWeights {
-    at::DataPtr packed, channels_last;
+// A tensor-core convolution's workspaces for this call, in one allocation: `packed` for its
+// weights, which the launch packs at every call (conv2d_implicit_launch's weight argument:
+// inside the convolution's kernel where it can, else with a small kernel first) so that no
+// copy could outlive the weights; and, where the launch may stage A (may_stage:
+// conv2d_implicit_stages_a), `channels_last` for the input's channels-last copy, from the
+// next kWorkspaceAlign-byte boundary (else nullptr). engine: the tensor cores that multiply.
+constexpr long long kWorkspaceAlign = 256;  // (a tensor map's base needs 16 bytes)
+struct ConvWorkspaces {
+    at::DataPtr memory;
+    void* packed = nullptr;
+    void* channels_last = nullptr;
     TensorCorePath engine = TensorCorePath::kWgmma;
 };
 template <class T>
-PackedWeights packed_weights(const Tensor& w, const Conv& c, bool may_stage,
-                             TensorCorePath engine) {
+ConvWorkspaces conv_workspaces(const Conv& c, bool may_stage, TensorCorePath engine) {
     const bool staged = may_stage && conv2d_implicit_stages_a<T>(c.g, c.tf32, engine);
-    at::DataPtr packed = workspace(conv2d_implicit_packed_bytes(c.g, c.cout));
-    const cudaError_t err = conv2d_implicit_pack(
-        data<T>(w), c.cout, c.g, engine, staged, packed.get(),
-        c10::cuda::getCurrentCUDAStream(w.device().index()).stream());
-    TORCH_CHECK(err == cudaSuccess, "scratchops: weight packing failed: ", cudaGetErrorString(err));
-    at::DataPtr channels_last =
-        staged ? workspace(conv2d_implicit_channels_last_bytes<T>(c.batch, c.g)) : at::DataPtr();
-    return {std::move(packed), std::move(channels_last), engine};
+    const long long packed_bytes = (conv2d_implicit_packed_bytes(c.g, c.cout) + kWorkspaceAlign -
+                                    1) / kWorkspaceAlign * kWorkspaceAlign;
+    ConvWorkspaces ws;
+    ws.memory = workspace(packed_bytes +
+                          (staged ? conv2d_implicit_channels_last_bytes<T>(c.batch, c.g) : 0));
+    ws.packed = ws.memory.get();
+    if (staged) ws.channels_last = static_cast<char*>(ws.memory.get()) + packed_bytes;
+    ws.engine = engine;
+    return ws;
 }
 template <class T>
-PackedWeights packed_weights(const Tensor& w, const Conv& c, bool may_stage) {
-    return packed_weights<T>(w, c, may_stage, tensor_core_engine(w, "this convolution"));
+ConvWorkspaces conv_workspaces(const Tensor& w, const Conv& c) {
+    return conv_workspaces<T>(c, true, tensor_core_engine(w, "this convolution"));
+}
+
+// The weights packed now for a kernel that reads them packed and packs nothing itself
+// (conv_gn_pool's version 2), in a workspace of this call.
+template <class T>
+ConvWorkspaces packed_weights(const Tensor& w, const Conv& c, TensorCorePath engine) {
+    ConvWorkspaces ws = conv_workspaces<T>(c, false, engine);
+    const cudaError_t err = conv2d_implicit_pack(
+        data<T>(w), c.cout, c.g, engine, false, ws.packed,
+        c10::cuda::getCurrentCUDAStream(w.device().index()).stream());
+    TORCH_CHECK(err == cudaSuccess, "scratchops: weight packing failed: ", cudaGetErrorString(err));
+    return ws;
 }
 
 // algorithm 0: im2col + gemm in a bounded workspace; 1: implicit GEMM on the tensor cores.
@@ -407,11 +424,12 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     return launch_into(x, c.shape, "conv2d", [&](auto e, auto* y, cudaStream_t s) {
         using T = typename decltype(e)::type;
         if (algorithm == 1) {
-            const PackedWeights w = packed_weights<T>(weight, c, true);
-            return conv2d_implicit_launch<T>(data<T>(x), w.packed.get(), data<T>(bias), y,
-                                             c.batch, c.cout, c.g,
+            const ConvWorkspaces w = conv_workspaces<T>(weight, c);
+            return conv2d_implicit_launch<T>(data<T>(x), w.packed, data<T>(bias), y, c.batch,
+                                             c.cout, c.g,
                                              ConvTail<T>{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f},
-                                             c.tf32, w.engine, s, true, w.channels_last.get());
+                                             c.tf32, w.engine, s, true, w.channels_last,
+                                             data<T>(weight));
         }
         const long long elements =
             conv2d_im2col_workspace_elements<T>(c.batch, c.cout, c.g, workspace_bytes, c.tf32);
@@ -432,10 +450,10 @@ Tensor conv2d_min_add_mul_cuda(const Tensor& x, const Tensor& weight, const OptT
         using T = typename decltype(e)::type;
         const ConvTail<T> tail{ConvTail<T>::kMinAddMul, f32(constant), data<T>(bias),
                                f32(factor)};
-        const PackedWeights w = packed_weights<T>(weight, c, true);
-        return conv2d_implicit_launch<T>(data<T>(x), w.packed.get(), data<T>(conv_bias), y,
-                                         c.batch, c.cout, c.g, tail, c.tf32, w.engine, s, true,
-                                         w.channels_last.get());
+        const ConvWorkspaces w = conv_workspaces<T>(weight, c);
+        return conv2d_implicit_launch<T>(data<T>(x), w.packed, data<T>(conv_bias), y, c.batch,
+                                         c.cout, c.g, tail, c.tf32, w.engine, s, true,
+                                         w.channels_last, data<T>(weight));
     });
 }
 
@@ -470,15 +488,15 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
                               f32(min),           f32(max)};
         // Version 1 (the CUDA cores) and version 3's own kernel (the tensor cores, which the
         // device must have) read the weight tensor as it is; otherwise the weights are packed.
-        PackedWeights w;
+        ConvWorkspaces w;
         if (version != kConvGnPoolCudaCoreVersion) {
             w.engine = tensor_core_engine(weight, "this convolution");
             if (conv_gn_pool_reads_packed<T>(i32(version), c.g, c.cout, c.tf32, w.engine))
-                w = packed_weights<T>(weight, c, false, w.engine);
+                w = packed_weights<T>(weight, c, w.engine);
         }
         const at::DataPtr ws =
             workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups));
-        return conv_gn_pool_launch<T>(i32(version), data<T>(x), data<T>(weight), w.packed.get(),
+        return conv_gn_pool_launch<T>(i32(version), data<T>(x), data<T>(weight), w.packed,
                                       a, y, c.batch, c.cout, c.g, c.tf32, w.engine, ws.get(), s);
     });
 }
