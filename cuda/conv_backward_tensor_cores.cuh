@@ -27,14 +27,12 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
                                        g.kernel_h, g.kernel_w);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
+    // (the convolution packs the flipped weights into `packed` itself: conv2d_implicit_launch)
     void* packed = workspace + f.flipped;
-    err = conv2d_implicit_pack<T>(flipped, g.channels, flipped_g, engine, /*staged=*/false,
-                                  packed, stream);
-    if (err != cudaSuccess) return err;
     return conv2d_implicit_launch<T>(dy, packed, nullptr, dx, batch, g.channels, flipped_g,
                                      ConvTail<T>{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f},
                                      /*tf32=*/false, engine, stream,
-                                     /*group_k_blocks=*/false);
+                                     /*group_k_blocks=*/false, nullptr, flipped);
 }
 
 // Weight gradient v2's workspace: the float accumulator dWᵀ (K x Cout), then a chunk of
