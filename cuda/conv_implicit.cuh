@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "launchers.h"
-#include "tensor_core_operands.cuh"
+#include "pack_b.cuh"
 
 namespace scratchops {
 namespace conv_tc {
@@ -114,7 +114,7 @@ struct Im2colRows {
 };
 
 // B: weight (Cout, Cin, R, S) as the N x K matrix B(co, k), 0 outside. A source a launch
-// packs itself (tensor_core_operands.cuh's pack_b_in_grid) where w is given.
+// packs itself (pack_b.cuh's pack_b_in_grid) where w is given.
 template <class T>
 struct ConvWeights {
     static constexpr bool kPacks = true;

@@ -42,6 +42,7 @@
 
 #include <cuda_runtime.h>
 
+#include "channels_last.cuh"
 #include "tma.cuh"
 #include "wgmma_resident_b.cuh"
 
@@ -115,6 +116,15 @@ struct Walk {
     }
 };
 
+// The input's channels-last copy, where the grid makes it itself before its first tile (x
+// given; see copy_channels_last): the NCHW input x, its channels, pixels a channel plane and
+// images, and the copy y (a_map's base).
+struct ChannelsLastCopy {
+    const void* x = nullptr;
+    void* y = nullptr;
+    int channels = 0, pixels = 0, batch = 0;
+};
+
 // The kernel's parameters, a __grid_constant__ parameter: a_map (the channels-last input's
 // tensor map) must live in the parameter space.
 struct Params {
@@ -122,7 +132,28 @@ struct Params {
     const uint8_t* packed_b;
     PackedB b_layout;  // (b_layout.stage_bytes(): one k-block of the packed B)
     Walk walk;
+    ChannelsLastCopy copy;
 };
+
+// The channels-last copy made by the grid (channels_last.cuh's tiles: tile t of all images'
+// tiles by CTA t mod gridDim.x, through the start of the CTA's dynamic shared memory, free
+// before the first tile), T's values as the copy kernel writes them (TF32 rounded to
+// nearest in float). A grid barrier must follow before any CTA's copy engine reads it
+// (pack_b_in_grid's, with its proxy fences).
+template <class T>
+__device__ __forceinline__ void copy_channels_last(const ChannelsLastCopy& copy, uint8_t* smem) {
+    auto* tile = reinterpret_cast<T(*)[kVecTile + 1]>(smem);
+    const int tiles_p = (copy.pixels + kVecTile - 1) / kVecTile;
+    const int per_image = (copy.channels + kVecTile - 1) / kVecTile * tiles_p;
+    const long long tiles = static_cast<long long>(per_image) * copy.batch;
+    for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        channels_last_tile<T, std::is_same_v<T, float>>(
+            static_cast<const T*>(copy.x), static_cast<T*>(copy.y), copy.channels, copy.pixels,
+            tiles_p, static_cast<int>(t % per_image), static_cast<int>(t / per_image), tile,
+            threadIdx.x, blockDim.x);
+        __syncthreads();  // (the tile is refilled for the next one)
+    }
+}
 
 // A's descriptor for rows starting at `address`, a whole number of 128-byte rows past a
 // 1024-byte boundary (tap i's rows i dil_w into its box): the 128-byte swizzle is a function
@@ -182,7 +213,8 @@ __device__ void fill_rings(const Params& params, uint8_t* rings, uint8_t* b_resi
         int n, oh, ow0, nt;
         walk.tile(t, Cfg::kTileRows, n, oh, ow0, nt);
         const uint8_t* b_tile =
-            params.packed_b + static_cast<long long>(nt) * walk.num_kb * params.b_layout.stage_bytes();
+            params.packed_b +
+            static_cast<long long>(nt) * walk.num_kb * params.b_layout.stage_bytes();
         for (int l = 0; l < walk.a_loads; ++l, ++a_j) {
             int r, g, cb;
             walk.box(l, r, g, cb);
@@ -210,19 +242,18 @@ __device__ void fill_rings(const Params& params, uint8_t* rings, uint8_t* b_resi
 }
 
 // pack_inside: the grid packs B from b_source into params.packed_b first (tc::pack_b_in_grid,
-// a cooperative launch); otherwise params.packed_b holds B packed already.
+// a cooperative launch), and makes the input's channels-last copy where params.copy.x is
+// given; otherwise params.packed_b holds B packed already and the copy is made.
 template <int BN, int MB, bool kResidentB, class Op, class Epilogue, class BSource>
 __global__ void __launch_bounds__(kThreads, 1)
     staged_a_kernel(const __grid_constant__ Params params, const Epilogue epilogue,
                     const BSource b_source, const bool pack_inside) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if constexpr (BSource::kPacks)
-        if (pack_inside)  // (the launch's own workspace, written by this launch alone)
-            tc::pack_b_in_grid<BN, Op, true>(b_source, const_cast<uint8_t*>(params.packed_b),
-                                             params.b_layout);
     using Cfg = Config<BN, MB, kResidentB, Op>;
     constexpr int kAS = Cfg::kAStages, kBS = Cfg::kBStages;
     extern __shared__ uint8_t smem_raw[];
+    if (pack_inside && params.copy.x != nullptr) copy_channels_last<Op>(params.copy, smem_raw);
+    tc::pack_b_if_told<BN, Op, true>(b_source, pack_inside, params.packed_b, params.b_layout);
     __shared__ Barriers<kAS, kBS> bars;
     uint8_t* rings = tc::align_1024(smem_raw);
     uint8_t* b_resident = rings + kConsumers * Cfg::kRingBytes;  // (kResidentB)

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "conv_implicit_staged_a.cuh"
+#include "launchers.h"
 
 namespace scratchops {
 namespace staged_a {
@@ -25,7 +26,8 @@ inline long long tile_count(const Conv2dGeometry& g, int batch, int n_tiles, int
 template <int BN, int MB, bool kResidentB, class Op, class Epilogue, class BSource>
 cudaError_t launch_as(const void* x_channels_last, const Conv2dGeometry& g, int batch,
                       const uint8_t* packed, const PackedB& layout, int cblocks,
-                      const Epilogue& epilogue, const BSource& b_source, cudaStream_t stream) {
+                      const Epilogue& epilogue, const BSource& b_source,
+                      const ChannelsLastCopy& copy, cudaStream_t stream) {
     using Cfg = Config<BN, MB, kResidentB, Op>;
     auto kernel = staged_a_kernel<BN, MB, kResidentB, Op, Epilogue, BSource>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
@@ -69,10 +71,17 @@ cudaError_t launch_as(const void* x_channels_last, const Conv2dGeometry& g, int 
     if (tiles == 0) return cudaSuccess;
     params.packed_b = packed;
     params.b_layout = layout;
+    params.copy = copy;
     const long long workers = (tiles + kConsumers - 1) / kConsumers;
     const int ctas = workers < sm_count() ? static_cast<int>(workers) : sm_count();
     return tc::launch_packing_b<BN, Op, true>(
         b_source, packed, layout, ctas, true, stream, [&](bool pack_inside, int grid_ctas) {
+            if (!pack_inside && copy.x != nullptr) {  // (the grid would have made the copy)
+                const cudaError_t copied = channels_last_launch<Op>(
+                    static_cast<const Op*>(copy.x), static_cast<Op*>(copy.y), copy.batch,
+                    copy.channels, copy.pixels, std::is_same_v<Op, float>, stream);
+                if (copied != cudaSuccess) return copied;
+            }
             return tc::launch_cooperative(pack_inside, kernel, grid_ctas, kThreads,
                                           Cfg::smem_bytes(layout.num_kb), stream, params,
                                           epilogue, b_source, pack_inside);
@@ -82,14 +91,15 @@ cudaError_t launch_as(const void* x_channels_last, const Conv2dGeometry& g, int 
 template <int BN, int MB, class Op, class Epilogue, class BSource>
 cudaError_t launch_rows(const void* x_channels_last, const Conv2dGeometry& g, int batch,
                         const uint8_t* packed, const PackedB& layout, int cblocks,
-                        const Epilogue& epilogue, const BSource& b_source, cudaStream_t stream) {
+                        const Epilogue& epilogue, const BSource& b_source,
+                        const ChannelsLastCopy& copy, cudaStream_t stream) {
     if constexpr (tc::Operand<Op>::kNative16)  // (TF32's B is twice as large: never resident)
         if (layout.n_tiles == 1 &&
             Config<BN, MB, true, Op>::smem_bytes(layout.num_kb) <= kMaxSmemBytes)
             return launch_as<BN, MB, true, Op>(x_channels_last, g, batch, packed, layout,
-                                               cblocks, epilogue, b_source, stream);
+                                               cblocks, epilogue, b_source, copy, stream);
     return launch_as<BN, MB, false, Op>(x_channels_last, g, batch, packed, layout, cblocks,
-                                        epilogue, b_source, stream);
+                                        epilogue, b_source, copy, stream);
 }
 
 // Whether 64-pixel tiles (MB 1) beat 128-pixel ones (MB 2): a consumer walks every
@@ -112,21 +122,24 @@ inline bool small_tiles(const Conv2dGeometry& g, int batch, int n_tiles) {
 // width), packed the weights by pack_b<BN, Op, true> with k-blocks of whole taps (cblocks a
 // tap), or, where b_source.present(), the workspace the launch packs them into itself (inside
 // the kernel: a cooperative launch, every multiprocessor packing; with pack_b's kernel first
-// where the GPU cannot hold that grid at once). Returns cudaErrorInvalidValue where the
-// tensor map cannot describe the copy (its strides are not multiples of 16 bytes) or there
-// are 2^31 tiles or more. The tile: 128 pixels of an output row, or 64 where small_tiles says.
+// where the GPU cannot hold that grid at once). copy.x given (with b_source present): the
+// grid makes x_channels_last itself from the NCHW input copy.x before its first tile (else
+// the caller has made it). Returns cudaErrorInvalidValue where the tensor map cannot describe
+// the copy (its strides are not multiples of 16 bytes) or there are 2^31 tiles or more. The
+// tile: 128 pixels of an output row, or 64 where small_tiles says.
 template <int BN, class Op, class Epilogue, class BSource = tc::PackedAlready>
 cudaError_t launch(const void* x_channels_last, const Conv2dGeometry& g, int batch,
                    const uint8_t* packed, const PackedB& layout, int cblocks,
                    const Epilogue& epilogue, cudaStream_t stream,
-                   const BSource& b_source = BSource{}) {
+                   const BSource& b_source = BSource{},
+                   const ChannelsLastCopy& copy = ChannelsLastCopy{}) {
     static_assert(Config<BN, 1, false, Op>::kTileRows == 64 &&
                   Config<BN, 2, false, Op>::kTileRows == 128, "small_tiles' tile sizes");
     if (small_tiles(g, batch, layout.n_tiles))
         return launch_rows<BN, 1, Op>(x_channels_last, g, batch, packed, layout, cblocks,
-                                      epilogue, b_source, stream);
+                                      epilogue, b_source, copy, stream);
     return launch_rows<BN, 2, Op>(x_channels_last, g, batch, packed, layout, cblocks, epilogue,
-                                  b_source, stream);
+                                  b_source, copy, stream);
 }
 
 }  // namespace staged_a

@@ -36,7 +36,7 @@
 #include "common.cuh"
 #include "hopper.cuh"
 #include "tensor_core_a_fragments.cuh"
-#include "tensor_core_operands.cuh"
+#include "pack_b.cuh"
 
 namespace scratchops {
 namespace mma_sync {

@@ -3,11 +3,12 @@
 // shared memory wants it, the A loaders' and epilogues' interfaces, the tile grid, and the
 // preparation of a launch.
 //
-// B packed: once per launch, pack_b writes B's big, small and cross parts (the 3xTF32 split:
-// tf32x3.cuh) as the exact bytes shared memory wants: per (tile of BN rows, k-block of 32),
-// three BN x 128-byte tiles in the 128-byte swizzle layout, which an engine copies into
-// shared memory as they are. Multiplied natively in fp16 / bf16 (Operand below), a k-block
-// is 64 values of the 16-bit type and only its first tile is written: one product, no split.
+// B packed: once per launch, pack_b (pack_b.cuh) writes B's big, small and cross parts (the
+// 3xTF32 split: tf32x3.cuh) as the exact bytes shared memory wants: per (tile of BN rows,
+// k-block of 32), three BN x 128-byte tiles in the 128-byte swizzle layout, which an engine
+// copies into shared memory as they are. Multiplied natively in fp16 / bf16 (Operand below),
+// a k-block is 64 values of the 16-bit type and only its first tile is written: one product,
+// no split.
 // A's side, the values each thread loads and the register fragments it makes of them:
 // tensor_core_a_fragments.cuh.
 //
@@ -35,14 +36,13 @@
 //            (per-thread constants, e.g. its columns' parameters), then
 //            void store(const float (&acc)[MB][BN / 2], TileCoords, const Prepared&) for one
 //            tile's accumulators of this thread.
-//   Source (for pack_b): float operator()(int entry, int n, int k), 0 outside B.
+//   Source (for pack_b.cuh): float operator()(int entry, int n, int k), 0 outside B; and
+//            bool present() with kPacks (a source a launch may pack itself: PackedAlready).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <utility>
 
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -127,199 +127,6 @@ template <class Op = float>
 PackedB packed_b_layout(int bn, int n, int k, int entries) {
     constexpr int kBlock = Operand<Op>::kBlockK;
     return {bn, (k + kBlock - 1) / kBlock, (n + bn - 1) / bn, entries};
-}
-
-// One work item of a stage (stage = (entry * n_tiles + tile) * num_kb + kb, item < 8 BN): the
-// 16-byte chunk c = item % 8 of row n = item / 8, which holds logical columns 4c .. 4c + 3 of
-// row n, written to each of the three tiles; in 16-bit, logical columns 8c .. 8c + 7, written
-// to the first tile alone. Consecutive items are consecutive chunks (c fastest): a warp stores
-// 4 whole 128-byte rows of each tile (with n fastest, each store touched 32 rows, 16 bytes
-// apiece, and packing a large B ran at a fifth of the copy rate). In two halves, so that a
-// thread can have several items' loads in flight before it stores any (pack_b_in_grid):
-// gather reads the item's values, scatter splits and stores them and says whether one was
-// not finite (3xTF32 alone: see b_has_nonfinite).
-template <class Op>
-struct PackItem {
-    static constexpr int kValues = Operand<Op>::kNative16 ? 8 : 4;
-    float values[kValues];
-    int stage, item;
-
-    template <int BN, bool kNaturalK, class Source>
-    __device__ __forceinline__ void gather(const Source& src, const PackedB& layout) {
-        const int kb = stage % layout.num_kb;
-        const int tile = (stage / layout.num_kb) % layout.n_tiles;
-        const int entry = stage / (layout.num_kb * layout.n_tiles);
-        const int c = item % 8, n = item / 8;
-#pragma unroll
-        for (int j = 0; j < kValues; ++j)
-            values[j] = src(entry, tile * BN + n,
-                            kb * Operand<Op>::kBlockK + packed_k<Op, kNaturalK>(kValues * c + j));
-    }
-
-    template <int BN>
-    __device__ __forceinline__ bool scatter(uint8_t* packed, const PackedB& layout) const {
-        uint8_t* tiles = packed + stage * layout.stage_bytes();
-        const int c = item % 8, n = item / 8;
-        if constexpr (Operand<Op>::kNative16) {  // exact: Source widened an Op value
-            uint4 chunk;
-            Op* halves = reinterpret_cast<Op*>(&chunk);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) halves[j] = from_float<Op>(values[j]);
-            *reinterpret_cast<uint4*>(tiles + packed_offset<Op>(n, 8 * c)) = chunk;
-            return false;
-        } else {
-            uint32_t big[4], small[4], cross[4];
-            bool nonfinite = false;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const Tf32Split p = split_tf32(values[j]);
-                big[j] = p.big;
-                small[j] = p.small;
-                cross[j] = p.cross;
-                nonfinite = nonfinite || p.cross != p.big;
-            }
-            const int offset = packed_offset(n, 4 * c);
-            *reinterpret_cast<uint4*>(tiles + offset) = make_uint4(big[0], big[1], big[2], big[3]);
-            *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
-                make_uint4(small[0], small[1], small[2], small[3]);
-            *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
-                make_uint4(cross[0], cross[1], cross[2], cross[3]);
-            return nonfinite;
-        }
-    }
-};
-
-// The packing kernel: a block a slice of a stage at a time, a thread an item of it.
-template <int BN, class Op, bool kNaturalK, class Source>
-__global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
-    bool nonfinite = false;
-    for (int unit = blockIdx.x; unit < layout.units(); unit += gridDim.x) {
-        PackItem<Op> it;
-        it.stage = unit / layout.slices();
-        it.item = unit % layout.slices() * kPackThreads + static_cast<int>(threadIdx.x);
-        if (it.item >= 8 * BN) continue;
-        it.template gather<BN, kNaturalK>(src, layout);
-        nonfinite = it.template scatter<BN>(packed, layout) || nonfinite;
-    }
-    const int block_nonfinite = __syncthreads_or(nonfinite);
-    if (threadIdx.x == 0)
-        reinterpret_cast<int*>(packed + layout.tiles_bytes())[blockIdx.x] = block_nonfinite;
-}
-
-// Where B comes from in a launch: packed before it (PackedAlready, pack_b's output), or a
-// Source (such as conv_implicit.cuh's ConvWeights) that the launch packs itself where
-// present() (see pack_b_in_grid).
-struct PackedAlready {
-    static constexpr bool kPacks = false;
-    __host__ __device__ bool present() const { return false; }
-    __device__ float operator()(int, int, int) const { return 0.0f; }
-};
-
-// pack_b's work done by a persistent kernel's own grid, as its first act (one launch instead of
-// two, and no gap between them): items i = blockIdx.x blockDim.x + threadIdx.x, + gridDim.x
-// blockDim.x, ... of all stages' 8 BN items, kPackInGridItems of a thread's at a time with
-// their loads in flight together; each CTA's "B has a non-finite value" flag written to every
-// flag slot f = blockIdx.x (mod gridDim.x) (so that b_has_nonfinite, which ORs all
-// pack_blocks() slots, ORs every CTA's); then the whole grid meets: the kernel must be
-// launched cooperatively (all its CTAs resident at once: launch_packing_b), or the grid
-// barrier never opens. The fences: the copy engine (the async proxy) reads what these
-// ordinary stores wrote, so each writer fences before the barrier and each reader after it.
-constexpr int kPackInGridItems = 4;
-template <int BN, class Op, bool kNaturalK, class Source>
-__device__ __forceinline__ void pack_b_in_grid(const Source& src, uint8_t* packed,
-                                               const PackedB& layout) {
-    const long long items = static_cast<long long>(layout.stages()) * 8 * BN;
-    const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
-    bool nonfinite = false;
-    for (long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-         first < items; first += kPackInGridItems * step) {
-        PackItem<Op> its[kPackInGridItems];
-#pragma unroll
-        for (int u = 0; u < kPackInGridItems; ++u) {
-            const long long i = first + u * step;
-            its[u].stage = static_cast<int>(i / (8 * BN));
-            its[u].item = static_cast<int>(i % (8 * BN));
-            if (i < items) its[u].template gather<BN, kNaturalK>(src, layout);
-        }
-#pragma unroll
-        for (int u = 0; u < kPackInGridItems; ++u)
-            if (first + u * step < items)
-                nonfinite = its[u].template scatter<BN>(packed, layout) || nonfinite;
-    }
-    const int cta_nonfinite = __syncthreads_or(nonfinite);
-    int* flags = reinterpret_cast<int*>(packed + layout.tiles_bytes());
-    if (threadIdx.x == 0)
-        for (int f = blockIdx.x; f < layout.pack_blocks(); f += gridDim.x) flags[f] = cta_nonfinite;
-    fence_proxy_async_global();
-    cooperative_groups::this_grid().sync();
-    fence_proxy_async_global();
-}
-
-// Op: the operand type the engine multiplies (Operand), float for the TF32 split; kNaturalK:
-// the k order of a kernel that stages A in shared memory (packed_k).
-template <int BN, class Op = float, bool kNaturalK = false, class Source>
-cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
-                   cudaStream_t stream) {
-    // Always layout.pack_blocks() blocks, so that every flag the main kernel reads is written.
-    pack_b_kernel<BN, Op, kNaturalK>
-        <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
-    return cudaGetLastError();
-}
-
-// The launch of a persistent kernel that reads B packed, where B comes from `src` (see
-// PackedAlready): launch(pack_inside, grid) launches the kernel on `grid` CTAs, cooperatively
-// where pack_inside (launch_cooperative), telling it whether to pack B itself. With src
-// present: cooperatively on every multiprocessor (also where there are fewer tiles: CTAs past
-// the last tile pack and leave; a 1 x 64 x 16 x 16 input's 2 CTAs packing P31's weights took
-// 64 us a call, against 33 for the packing kernel and the convolution), the kernel packing;
-// where the GPU cannot hold that grid at once (fewer multiprocessors lent to this process
-// than the device has, say: cudaErrorCooperativeLaunchTooLarge, a launch error, not sticky),
-// or without persistence (may_pack_inside false), pack_b's kernel first and an ordinary
-// launch of `ctas`. A cooperative launch's host cost is an ordinary one's (on an H200: 3.3 us
-// each, 132 CTAs of 384 threads).
-template <int BN, class Op, bool kNaturalK, class Source, class Launch>
-cudaError_t launch_packing_b(const Source& src, const uint8_t* packed, const PackedB& layout,
-                             int ctas, bool may_pack_inside, cudaStream_t stream,
-                             Launch&& launch) {
-    if (src.present() && may_pack_inside) {
-        const cudaError_t err = launch(true, sm_count());
-        if (err != cudaErrorCooperativeLaunchTooLarge) return err;
-        (void)cudaGetLastError();
-    }
-    if (src.present()) {  // (the call's own workspace: this launch alone writes it)
-        const cudaError_t err =
-            pack_b<BN, Op, kNaturalK>(src, const_cast<uint8_t*>(packed), layout, stream);
-        if (err != cudaSuccess) return err;
-    }
-    return launch(false, ctas);
-}
-
-// A kernel's launch on `ctas` CTAs, cooperative (every CTA resident at once, so that a grid
-// barrier can open: pack_b_in_grid) or ordinary.
-template <class... Params, class... Args>
-cudaError_t launch_cooperative(bool cooperative, void (*kernel)(Params...), int ctas,
-                               int threads, int smem_bytes, cudaStream_t stream,
-                               Args&&... args) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(ctas);
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = smem_bytes;
-    config.stream = stream;
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeCooperative;
-    attribute.val.cooperative = 1;
-    config.attrs = &attribute;
-    config.numAttrs = cooperative ? 1 : 0;
-    return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-// Whether pack_b met a non-finite value in B: its blocks' flags ORed, by every thread of the
-// calling CTA together (a block-wide barrier, which also orders what came before it).
-__device__ __forceinline__ bool b_has_nonfinite(const uint8_t* packed, const PackedB& layout) {
-    const int* flags = reinterpret_cast<const int*>(packed + layout.tiles_bytes());
-    bool any = false;
-    for (int i = threadIdx.x; i < layout.pack_blocks(); i += blockDim.x) any = any || flags[i];
-    return __syncthreads_or(any) != 0;
 }
 
 // Where one tile sits, for the epilogue: batch entry, first row, first column.

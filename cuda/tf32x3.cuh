@@ -8,7 +8,7 @@
 //             a_small*b_big + a_big*b_small + a_big*b_big (the cross terms first, with the
 //             "cross" big parts that are 0 for a non-finite value, so Inf and NaN come out as
 //             fp32 gives them); the dropped a_small*b_small is ~2^-22 relative.
-//   B packed  Once per launch, B is packed as shared memory wants it (tensor_core_operands.cuh):
+//   B packed  Once per launch, B is packed as shared memory wants it (pack_b.cuh):
 //             by pack_b's kernel before the launch, or by the kernel's own grid as its first
 //             act (pack_b_in_grid: every CTA packs a share, the grid meets at a barrier; one
 //             launch instead of two); one bulk copy (the copy engine, no thread work) then
@@ -52,7 +52,7 @@
 #include "common.cuh"
 #include "hopper.cuh"
 #include "tensor_core_a_fragments.cuh"
-#include "tensor_core_operands.cuh"
+#include "pack_b.cuh"
 #include "wgmma_half.cuh"
 #include "wgmma_tf32.cuh"
 
@@ -235,9 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     using Cfg = Config<BN, MB, STAGES, kTf32>;
     constexpr int kAcc = BN / 2;
     static_assert(kTf32 || !Operand<Op>::kNative16, "the 16-bit products are single products");
-    if constexpr (BSource::kPacks)
-        if (pack_inside)  // (the launch's own workspace, written by this launch alone)
-            pack_b_in_grid<BN, Op, false>(b_source, const_cast<uint8_t*>(packed_b), layout);
+    pack_b_if_told<BN, Op, false>(b_source, pack_inside, packed_b, layout);
 
     extern __shared__ uint8_t smem_raw[];
     __shared__ uint64_t full_bar[STAGES], empty_bar[STAGES];

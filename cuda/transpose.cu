@@ -27,8 +27,10 @@
 //   batch_sum v1 column one thread per element i, walking the batch in order: coalesced across
 //                       i, the order of the additions fixed
 //   channels_last       transpose with 16-byte accesses on both sides (v1 moves one element
-//                       a thread, and in 16 bits only 64 bytes a warp: half the copy rate)
+//                       a thread, and in 16 bits only 64 bytes a warp: half the copy rate);
+//                       its tile in channels_last.cuh, which v4's kernel also runs itself
 
+#include "channels_last.cuh"
 #include "common.cuh"
 #include "hopper.cuh"
 #include "launchers.h"
@@ -84,85 +86,15 @@ __global__ void batch_sum_kernel(const In* __restrict__ x, const float* carry, O
     y[i] = from_float<Out>(sum);
 }
 
-// channels_last: image blockIdx.y's C x P matrix (channels x pixels) to P x C, a tile of
-// kVecTile channels x kVecTile pixels a block, kVec = 16 / sizeof(T) elements a 16-byte
-// vector. Reads: vector v of the tile is kVec pixels of channel row v / kVecsRow, so a warp
-// reads whole runs of a channel's pixels; writes: a pixel's kVec consecutive channels, read
-// down a column of the tile (rows padded by one element, fewer bank conflicts). Vectors that
-// leave the matrix or would be misaligned (P or C not a multiple of kVec) go element by
-// element.
-constexpr int kVecTile = 64, kVecThreads = 256;
-// Element i of a 16-byte vector of T, and a vector made of elements (constant i only: the
-// vector stays in registers; an array view of it went to the stack).
-template <class T>
-__device__ __forceinline__ T vector_element(const uint4& v, int i) {
-    const uint32_t word = i / (4 / static_cast<int>(sizeof(T))) == 0   ? v.x
-                          : i / (4 / static_cast<int>(sizeof(T))) == 1 ? v.y
-                          : i / (4 / static_cast<int>(sizeof(T))) == 2 ? v.z
-                                                                        : v.w;
-    if constexpr (sizeof(T) == 4) {
-        return __uint_as_float(word);
-    } else {
-        const unsigned short bits = static_cast<unsigned short>(i % 2 ? word >> 16 : word);
-        return half_from_bits<T>(bits);
-    }
-}
-template <class T>
-__device__ __forceinline__ uint32_t element_bits(T v) {
-    if constexpr (sizeof(T) == 4) {
-        return __float_as_uint(v);
-    } else {
-        return *reinterpret_cast<const unsigned short*>(&v);
-    }
-}
+// channels_last (channels_last.cuh): image blockIdx.y's tile blockIdx.x, a block of
+// kVecThreads threads.
+constexpr int kVecThreads = 256;
 template <class T, bool kTf32Nearest>
 __global__ void channels_last_kernel(const T* __restrict__ x, T* __restrict__ y, int channels,
                                      int pixels, int tiles_p) {
-    constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-    constexpr int kVecsRow = kVecTile / kVec;  // vectors in a tile row
     __shared__ T tile[kVecTile][kVecTile + 1];
-    const int c0 = blockIdx.x / tiles_p * kVecTile, p0 = blockIdx.x % tiles_p * kVecTile;
-    const long long image = static_cast<long long>(channels) * pixels * blockIdx.y;
-    const T* src = x + image;
-    T* dst = y + image;
-    const bool aligned = pixels % kVec == 0;
-    for (int v = threadIdx.x; v < kVecTile * kVecsRow; v += kVecThreads) {
-        const int r = v / kVecsRow, col = v % kVecsRow * kVec;  // channel c0 + r, pixel p0 + col
-        const int c = c0 + r, p = p0 + col;
-        if (c >= channels) continue;
-        if (aligned && p + kVec <= pixels) {
-            const uint4 chunk =
-                *reinterpret_cast<const uint4*>(src + static_cast<long long>(c) * pixels + p);
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) tile[r][col + i] = vector_element<T>(chunk, i);
-        } else {
-            for (int i = 0; i < kVec && p + i < pixels; ++i)
-                tile[r][col + i] = src[static_cast<long long>(c) * pixels + p + i];
-        }
-    }
-    __syncthreads();
-    // (channels % kVec == 0 where v4 runs; other counts go element by element)
-    const bool aligned_out = channels % kVec == 0;
-    for (int v = threadIdx.x; v < kVecTile * kVecsRow; v += kVecThreads) {
-        const int r = v / kVecsRow, col = v % kVecsRow * kVec;  // pixel p0 + r, channel c0 + col
-        const int p = p0 + r, c = c0 + col;
-        if (p >= pixels) continue;
-        uint32_t words[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-            T value = tile[col + i][r];
-            if constexpr (kTf32Nearest) value = __uint_as_float(tf32_nearest(value));
-            words[i / (kVec / 4)] |= element_bits(value) << (16 * (i % (kVec / 4)));
-        }
-        const uint4 chunk = make_uint4(words[0], words[1], words[2], words[3]);
-        T* out = dst + static_cast<long long>(p) * channels + c;
-        if (aligned_out && c + kVec <= channels) {
-            *reinterpret_cast<uint4*>(out) = chunk;
-        } else {
-            for (int i = 0; i < kVec && c + i < channels; ++i)
-                out[i] = vector_element<T>(chunk, i);
-        }
-    }
+    channels_last_tile<T, kTf32Nearest>(x, y, channels, pixels, tiles_p, blockIdx.x, blockIdx.y,
+                                         tile, threadIdx.x, kVecThreads);
 }
 
 }  // namespace
