@@ -8,8 +8,8 @@
 // under tap (r, s) of pixel m in channel ci, read straight from the NCHW input: the im2col
 // matrix of conv_im2col.cu is never written. B = the weights, packed at every call: on the
 // wgmma engine by the convolution's own grid before its first tile (pack_b.cuh's
-// pack_b_in_grid), so that a call is one launch (v4: two, with the input's channels-last
-// copy); elsewhere by pack_b's kernel first. The store, + bias or P31's tail, is
+// pack_b_in_grid), so that a call is one launch (v4 too where its grid also makes the input's
+// channels-last copy: kChannelsLastInsideBytes); elsewhere by pack_b's kernel first. The store, + bias or P31's tail, is
 // conv_store.cuh's.
 //
 // Versions (conv2d's algorithm="implicit_gemm"; conv_im2col.cu + gemm.cu stay the
@@ -29,7 +29,8 @@
 //      warpgroups walk their own 64-row tiles out of step, one's epilogue under another's
 //      wgmmas (wgmma_resident_b.cuh); elsewhere v2's ring.
 //   v4 A staged in shared memory by the copy engine (conv_implicit_staged_a.cuh): x is first
-//      made channels-last (one pass; in TF32 rounded to nearest on the way), so that a
+//      made channels-last (one pass, by its own kernel or, for a small input, by v4's grid
+//      before its first tile; in TF32 rounded to nearest on the way), so that a
 //      k-block of A (kTileRows pixels of an output row at one tap) is one box of it, and both
 //      wgmma operands are read from shared memory; no thread loads A at all. The single-
 //      product modes (TF32, fp16, bf16) with stride 1 where the caller gives the workspace

@@ -10,7 +10,7 @@ call and ours taking turns (timing.host_us_per_call). Beside it, each call's tim
 which is the GPU's where the GPU is the slower side (a tiny convolution's k-loop runs its
 latency, not its work). Under torch.no_grad, as inference runs; the operators with TF32 off,
 each ModelNew in both settings of BATCH1_SETTINGS (under torch's defaults P31's convolution
-takes the TF32 path, whose input copy is one launch more).
+takes the TF32 path, whose input copy is one launch more above a small input).
 """
 
 from __future__ import annotations
