@@ -61,7 +61,8 @@ __device__ __forceinline__ void channels_last_tile(const T* __restrict__ x, T* _
     const long long offset = static_cast<long long>(channels) * pixels * image;
     const T* src = x + offset;
     T* dst = y + offset;
-    const bool aligned = pixels % kVec == 0;
+    // (16-byte loads need x itself 16-byte aligned too: a contiguous view may start anywhere)
+    const bool aligned = pixels % kVec == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
     for (int v = thread; v < kVecTile * kVecsRow; v += threads) {
         const int r = v / kVecsRow, col = v % kVecsRow * kVec;  // channel c0 + r, pixel p0 + col
         const int c = c0 + r, p = p0 + col;

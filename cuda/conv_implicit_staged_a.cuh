@@ -153,6 +153,8 @@ __device__ __forceinline__ void copy_channels_last(const ChannelsLastCopy& copy,
             threadIdx.x, blockDim.x);
         __syncthreads();  // (the tile is refilled for the next one)
     }
+    // (the rings' copies, the async proxy, overwrite the tile's bytes next)
+    fence_proxy_async_shared();
 }
 
 // A's descriptor for rows starting at `address`, a whole number of 128-byte rows past a
@@ -252,7 +254,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     using Cfg = Config<BN, MB, kResidentB, Op>;
     constexpr int kAS = Cfg::kAStages, kBS = Cfg::kBStages;
     extern __shared__ uint8_t smem_raw[];
-    if (pack_inside && params.copy.x != nullptr) copy_channels_last<Op>(params.copy, smem_raw);
+    if constexpr (BSource::kPacks)  // (the copy is published by pack_b_if_told's barrier)
+        if (pack_inside && params.copy.x != nullptr) copy_channels_last<Op>(params.copy, smem_raw);
     tc::pack_b_if_told<BN, Op, true>(b_source, pack_inside, params.packed_b, params.b_layout);
     __shared__ Barriers<kAS, kBS> bars;
     uint8_t* rings = tc::align_1024(smem_raw);

@@ -109,7 +109,9 @@ struct PackedAlready {
 // blockDim.x, ... of all stages' 8 BN items, kPackInGridItems of a thread's at a time with
 // their loads in flight together; each CTA's "B has a non-finite value" flag written to every
 // flag slot f = blockIdx.x (mod gridDim.x) (so that b_has_nonfinite, which ORs all
-// pack_blocks() slots, ORs every CTA's); then the whole grid meets: the kernel must be
+// pack_blocks() slots, ORs every CTA's: with blocks of at least kPackThreads threads a CTA
+// past the last slot has no item, and the launch keeps the grid within kPackBlocks CTAs);
+// then the whole grid meets: the kernel must be
 // launched cooperatively (all its CTAs resident at once: launch_packing_b), or the grid
 // barrier never opens. The fences: the copy engine (the async proxy) reads what these
 // ordinary stores wrote, so each writer fences before the barrier and each reader after it.
@@ -181,7 +183,8 @@ template <int BN, class Op, bool kNaturalK, class Source, class Launch>
 cudaError_t launch_packing_b(const Source& src, const uint8_t* packed, const PackedB& layout,
                              int ctas, bool may_pack_inside, cudaStream_t stream,
                              Launch&& launch) {
-    if (src.present() && may_pack_inside) {
+    // (pack_b_in_grid's flag slots: at most kPackBlocks CTAs)
+    if (src.present() && may_pack_inside && sm_count() <= kPackBlocks) {
         const cudaError_t err = launch(true, sm_count());
         if (err != cudaErrorCooperativeLaunchTooLarge) return err;
         (void)cudaGetLastError();

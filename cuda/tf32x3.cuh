@@ -63,6 +63,7 @@ using namespace tc;  // the operands both engines share
 
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);  // warpgroup 0 produces
+static_assert(kThreads >= kPackThreads, "pack_b_in_grid's flag slots: see pack_b.cuh");
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 static_assert(kWarpgroupThreads * kProducerRegisters +

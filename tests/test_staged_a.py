@@ -13,6 +13,7 @@ float64 on the rounded operands they are then within 2e-5 (the tensor cores' fp3
 truncation per k-step of 8 at most: 225 steps at K = 1800); an operand truncated instead of
 rounded puts them about 1e-4 away even at K = 128. The profiler shows that v4 ran."""
 
+import math
 import re
 
 import pytest
@@ -49,12 +50,17 @@ def tf32_nearest(t):
     return ((bits + 0x1000) & -0x2000).view(torch.float32)
 
 
-def ran_v4(call):
-    """Whether `call` launched v4's kernel."""
+def kernels_ran(call):
+    """The names of the CUDA kernels `call` launched."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         call()
         torch.cuda.synchronize()
-    return any(KERNEL in e.key for e in prof.key_averages())
+    return [e.key for e in prof.key_averages()]
+
+
+def ran_v4(call):
+    """Whether `call` launched v4's kernel."""
+    return any(KERNEL in name for name in kernels_ran(call))
 
 
 def tile_pixels_ran(call):
@@ -126,6 +132,26 @@ def test_p31_tail_and_nan(tf32_allowed, dtype, x_shape):
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(out, ref, atol=tol, rtol=tol, equal_nan=True)
     assert ran_v4(call)
+
+
+# v4's channels-last copy of the input: made by v4's own grid up to kChannelsLastInsideBytes
+# (8 MB: conv_implicit.cu), by the copy kernel first above it; the same arithmetic either way.
+# And an input whose data starts off a 16-byte boundary (a contiguous view one element into its
+# storage), which the copy must read element by element, never as misaligned 16-byte vectors.
+@pytest.mark.parametrize("x_shape,copy_kernel", [((1, 64, 40, 40), False),
+                                                 ((3, 64, 128, 128), True)],
+                         ids=["copy-by-the-grid", "copy-by-its-kernel"])
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "one-element-in"])
+def test_channels_last_copy_by_the_grid_or_its_kernel(tf32_allowed, x_shape, copy_kernel, offset):
+    x = rand(math.prod(x_shape) + offset, low=0.0)[offset:].view(x_shape)
+    w, b = rand(40, 64, 3, 3) / 24, rand(40)
+    ref64 = F.conv2d(tf32_nearest(x).double(), tf32_nearest(w).double(), b.double(), 1, 1)
+    call = lambda: scratchops.conv2d(x, w, b, 1, 1)  # noqa: E731
+    poison_next(*ref64.shape)
+    torch.testing.assert_close(call().double(), ref64, atol=2e-5, rtol=2e-5)
+    kernels = kernels_ran(call)
+    assert any(KERNEL in name for name in kernels)
+    assert any("channels_last_kernel" in name for name in kernels) == copy_kernel, kernels
 
 
 def expected_tile_pixels(x_shape, w_shape, padding, dilation):

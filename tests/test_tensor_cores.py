@@ -140,8 +140,10 @@ def test_conv2d_implicit_gemm_nan_and_inf_input():
 
 # The weights are packed inside the convolution's kernel (its whole grid packs, then meets):
 # a non-finite weight must reach every CTA's "B has a non-finite value" test, wherever it
-# sits, on a grid of one CTA and on one of every multiprocessor.
-@pytest.mark.parametrize("x_shape,cout", [((1, 8, 9, 9), 16), ((6, 64, 40, 40), 128)])
+# sits: a B of a few stages (most CTAs pack nothing), one of 72 packing units, and one of 288
+# (more flag slots than multiprocessors: a CTA writes several).
+@pytest.mark.parametrize("x_shape,cout", [((1, 8, 9, 9), 16), ((6, 64, 40, 40), 128),
+                                          ((2, 128, 12, 12), 256)])
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_conv2d_implicit_gemm_nonfinite_weights(x_shape, cout, where):
     x, w, b = conv_inputs(x_shape, (cout, x_shape[1], 3, 3))
