@@ -9,8 +9,8 @@
 // matrix of conv_im2col.cu is never written. B = the weights, packed at every call: on the
 // wgmma engine by the convolution's own grid before its first tile (pack_b.cuh's
 // pack_b_in_grid), so that a call is one launch (v4 too where its grid also makes the input's
-// channels-last copy: kChannelsLastInsideBytes); elsewhere by pack_b's kernel first. The store, + bias or P31's tail, is
-// conv_store.cuh's.
+// channels-last copy: conv_implicit_staged_a_launch.cuh's kChannelsLastInsideBytes);
+// elsewhere by pack_b's kernel first. The store, + bias or P31's tail, is conv_store.cuh's.
 //
 // Versions (conv2d's algorithm="implicit_gemm"; conv_im2col.cu + gemm.cu stay the
 // educational "im2col_gemm" path):
@@ -63,15 +63,6 @@ constexpr int kWideBN = 128, kWideMB = 1, kWideStages = 4;
 // draws a shape: up to 5.7x at K = 80 and 5.5x at K = 297, at most 3.1x at K = 576 and 1.6x
 // at K = 1750), so fewer than kGroupFrom k-blocks drain at every k-block.
 constexpr int kGroup = 9, kGroupFrom = 18;
-// v4's channels-last copy is made by the convolution's own grid, before its grid barrier,
-// where it is at most this many bytes, and by its own kernel (transpose.cu) where it is
-// larger. Inside, the copy costs no launch and no gap between two kernels (at batch 1 P31's
-// copy kernel took 3.6 us and the gap after it about 5 us: docs/notes.md), but one CTA a
-// multiprocessor moves it a tile at a time: a 16 KB tile, a load round trip then a store,
-// about 2 us, so 132 CTAs move some 1 MB a microsecond against the copy kernel's 2.9 TB/s.
-// The two break even near 8 MB (x / 1 MB a us = x / 2.9 MB a us + 5 us): P31's input at
-// batch 2 in fp32, 4 in 16 bits.
-constexpr long long kChannelsLastInsideBytes = 8ll << 20;
 // v3's consumer warpgroups a CTA (wgmma_resident_b.cuh), each on its own 64-row tiles: with 2,
 // P31 bf16 took 2.013 ms against the ring kernel's 1.854, with 3 1.555 (H100, one call; the
 // register limit of 384 threads, 168, holds the 160 the kernel needs).
@@ -121,15 +112,12 @@ cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batc
     const conv_tc::ConvWeights<T> source = conv_tc::weight_source<Op>(weight, out_channels, g);
     auto go = [&](auto loader) {
         if constexpr (tc::Operand<Op>::kNative16)  // v3: B resident, where it fits
-            if (resident_b::fits<BN>(layout)) {
-                if (source.present()) {  // (its kernel reads B packed: packed first)
-                    const cudaError_t err = conv_tc::pack_weights<BN, Op>(
-                        weight, out_channels, g, const_cast<uint8_t*>(packed), stream);
-                    if (err != cudaSuccess) return err;
-                }
-                return resident_b::launch<BN, kResidentWarpgroups, Op>(loader, store, packed,
-                                                                       layout, m, stream);
-            }
+            if (resident_b::fits<BN>(layout))  // (its kernel packs nothing: packed first)
+                return tc::launch_packing_b<BN, Op, false>(
+                    source, packed, layout, 0, false, stream, [&](bool, int) {
+                        return resident_b::launch<BN, kResidentWarpgroups, Op>(
+                            loader, store, packed, layout, m, stream);
+                    });
         // (Single products sum a whole tile in the tensor cores: no groups to choose.)
         if constexpr (!kTf32)
             if (group_k_blocks && layout.num_kb >= kGroupFrom)
@@ -140,23 +128,12 @@ cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batc
     };
     if (channels_last != nullptr) {  // v4: the single-product modes, multiplying T itself
         if constexpr (kTf32 && std::is_same_v<Op, T>) {
-            // The input's channels-last copy: by the convolution's own grid where the grid
-            // packs the weights and the copy is small (see kChannelsLastInsideBytes), else
-            // by its own kernel first.
-            staged_a::ChannelsLastCopy copy;
-            const long long copy_bytes = conv2d_implicit_channels_last_bytes<T>(batch, g);
-            if (weight != nullptr && copy_bytes <= kChannelsLastInsideBytes) {
-                copy = {x, channels_last, g.channels, g.height * g.width, batch};
-            } else {
-                const cudaError_t err = channels_last_launch<T>(
-                    x, static_cast<T*>(channels_last), batch, g.channels, g.height * g.width,
-                    std::is_same_v<T, float>, stream);
-                if (err != cudaSuccess) return err;
-            }
+            const staged_a::ChannelsLastCopy copy{x, channels_last, g.channels,
+                                                  g.height * g.width, batch};
             return staged_a::launch<BN, Op>(
-                channels_last, g, batch, packed, staged_layout<Op>(g, out_channels, BN),
+                copy, g, batch, packed, staged_layout<Op>(g, out_channels, BN),
                 staged_cblocks<Op>(g), store, stream,
-                staged_source<Op>(weight, out_channels, g), copy);
+                staged_source<Op>(weight, out_channels, g));
         }
         return cudaErrorInvalidValue;
     }

@@ -116,13 +116,14 @@ struct Walk {
     }
 };
 
-// The input's channels-last copy, where the grid makes it itself before its first tile (x
-// given; see copy_channels_last): the NCHW input x, its channels, pixels a channel plane and
-// images, and the copy y (a_map's base).
+// The input's channels-last copy: the NCHW input x, its channels, pixels a channel plane and
+// images, the copy y (a_map's base), and whether the kernel's grid makes it before its first
+// tile (by_grid: see copy_channels_last; set by the launch) or its own kernel did.
 struct ChannelsLastCopy {
     const void* x = nullptr;
     void* y = nullptr;
     int channels = 0, pixels = 0, batch = 0;
+    bool by_grid = false;
 };
 
 // The kernel's parameters, a __grid_constant__ parameter: a_map (the channels-last input's
@@ -244,8 +245,8 @@ __device__ void fill_rings(const Params& params, uint8_t* rings, uint8_t* b_resi
 }
 
 // pack_inside: the grid packs B from b_source into params.packed_b first (tc::pack_b_in_grid,
-// a cooperative launch), and makes the input's channels-last copy where params.copy.x is
-// given; otherwise params.packed_b holds B packed already and the copy is made.
+// a cooperative launch), and makes the input's channels-last copy where params.copy.by_grid;
+// otherwise params.packed_b holds B packed already and the copy is made.
 template <int BN, int MB, bool kResidentB, class Op, class Epilogue, class BSource>
 __global__ void __launch_bounds__(kThreads, 1)
     staged_a_kernel(const __grid_constant__ Params params, const Epilogue epilogue,
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kAS = Cfg::kAStages, kBS = Cfg::kBStages;
     extern __shared__ uint8_t smem_raw[];
     if constexpr (BSource::kPacks)  // (the copy is published by pack_b_if_told's barrier)
-        if (pack_inside && params.copy.x != nullptr) copy_channels_last<Op>(params.copy, smem_raw);
+        if (pack_inside && params.copy.by_grid) copy_channels_last<Op>(params.copy, smem_raw);
     tc::pack_b_if_told<BN, Op, true>(b_source, pack_inside, params.packed_b, params.b_layout);
     __shared__ Barriers<kAS, kBS> bars;
     uint8_t* rings = tc::align_1024(smem_raw);

@@ -23,11 +23,20 @@ inline long long tile_count(const Conv2dGeometry& g, int batch, int n_tiles, int
     return static_cast<long long>(batch) * g.out_h * row_tiles(g, tile_rows) * n_tiles;
 }
 
+// The input's channels-last copy is made by the kernel's own grid, before its grid barrier,
+// where it is at most this many bytes (and the grid packs the weights), and by its own kernel
+// (transpose.cu) first where it is larger. Inside, the copy costs no launch and no gap between
+// two kernels (at batch 1 P31's copy kernel took 3.6 us and the gap after it about 5 us:
+// docs/notes.md), but one CTA a multiprocessor moves it a tile at a time: a 16 KB tile, a
+// load round trip then a store, about 2 us, so 132 CTAs move some 1 MB a microsecond against
+// the copy kernel's 2.9 TB/s. The two break even near 8 MB (x / 1 MB a us = x / 2.9 MB a us
+// + 5 us): P31's input at batch 2 in fp32, 4 in 16 bits.
+constexpr long long kChannelsLastInsideBytes = 8ll << 20;
+
 template <int BN, int MB, bool kResidentB, class Op, class Epilogue, class BSource>
-cudaError_t launch_as(const void* x_channels_last, const Conv2dGeometry& g, int batch,
+cudaError_t launch_as(const ChannelsLastCopy& copy, const Conv2dGeometry& g, int batch,
                       const uint8_t* packed, const PackedB& layout, int cblocks,
-                      const Epilogue& epilogue, const BSource& b_source,
-                      const ChannelsLastCopy& copy, cudaStream_t stream) {
+                      const Epilogue& epilogue, const BSource& b_source, cudaStream_t stream) {
     using Cfg = Config<BN, MB, kResidentB, Op>;
     auto kernel = staged_a_kernel<BN, MB, kResidentB, Op, Epilogue, BSource>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
@@ -47,7 +56,7 @@ cudaError_t launch_as(const void* x_channels_last, const Conv2dGeometry& g, int 
                                  dims[0] * dims[1] * dims[2] * kBytes};
     const uint32_t box[4] = {static_cast<uint32_t>(tc::Operand<Op>::kBlockK),
                              static_cast<uint32_t>(box_rows), 1, 1};
-    err = make_tensor_map_4d(&params.a_map, x_channels_last, static_cast<int>(kBytes), dims,
+    err = make_tensor_map_4d(&params.a_map, copy.y, static_cast<int>(kBytes), dims,
                              strides, box);
     if (err != cudaSuccess) return err;
     w.batch = batch;
@@ -74,9 +83,13 @@ cudaError_t launch_as(const void* x_channels_last, const Conv2dGeometry& g, int 
     params.copy = copy;
     const long long workers = (tiles + kConsumers - 1) / kConsumers;
     const int ctas = workers < sm_count() ? static_cast<int>(workers) : sm_count();
+    const long long copy_bytes =
+        static_cast<long long>(copy.batch) * copy.channels * copy.pixels * sizeof(Op);
     return tc::launch_packing_b<BN, Op, true>(
         b_source, packed, layout, ctas, true, stream, [&](bool pack_inside, int grid_ctas) {
-            if (!pack_inside && copy.x != nullptr) {  // (the grid would have made the copy)
+            // The copy by the grid where it packs and the copy is small, else its kernel first.
+            params.copy.by_grid = pack_inside && copy_bytes <= kChannelsLastInsideBytes;
+            if (!params.copy.by_grid) {
                 const cudaError_t copied = channels_last_launch<Op>(
                     static_cast<const Op*>(copy.x), static_cast<Op*>(copy.y), copy.batch,
                     copy.channels, copy.pixels, std::is_same_v<Op, float>, stream);
@@ -89,17 +102,17 @@ cudaError_t launch_as(const void* x_channels_last, const Conv2dGeometry& g, int 
 }
 
 template <int BN, int MB, class Op, class Epilogue, class BSource>
-cudaError_t launch_rows(const void* x_channels_last, const Conv2dGeometry& g, int batch,
+cudaError_t launch_rows(const ChannelsLastCopy& copy, const Conv2dGeometry& g, int batch,
                         const uint8_t* packed, const PackedB& layout, int cblocks,
                         const Epilogue& epilogue, const BSource& b_source,
-                        const ChannelsLastCopy& copy, cudaStream_t stream) {
+                        cudaStream_t stream) {
     if constexpr (tc::Operand<Op>::kNative16)  // (TF32's B is twice as large: never resident)
         if (layout.n_tiles == 1 &&
             Config<BN, MB, true, Op>::smem_bytes(layout.num_kb) <= kMaxSmemBytes)
-            return launch_as<BN, MB, true, Op>(x_channels_last, g, batch, packed, layout,
-                                               cblocks, epilogue, b_source, copy, stream);
-    return launch_as<BN, MB, false, Op>(x_channels_last, g, batch, packed, layout, cblocks,
-                                        epilogue, b_source, copy, stream);
+            return launch_as<BN, MB, true, Op>(copy, g, batch, packed, layout,
+                                               cblocks, epilogue, b_source, stream);
+    return launch_as<BN, MB, false, Op>(copy, g, batch, packed, layout, cblocks,
+                                        epilogue, b_source, stream);
 }
 
 // Whether 64-pixel tiles (MB 1) beat 128-pixel ones (MB 2): a consumer walks every
@@ -118,28 +131,26 @@ inline bool small_tiles(const Conv2dGeometry& g, int batch, int n_tiles) {
     return 4 * slowest_walk(64) <= 3 * slowest_walk(128);
 }
 
-// One launch: x_channels_last is the (batch, H, W, Cin) copy of the input (elements of Op's
-// width), packed the weights by pack_b<BN, Op, true> with k-blocks of whole taps (cblocks a
-// tap), or, where b_source.present(), the workspace the launch packs them into itself (inside
-// the kernel: a cooperative launch, every multiprocessor packing; with pack_b's kernel first
-// where the GPU cannot hold that grid at once). copy.x given (with b_source present): the
-// grid makes x_channels_last itself from the NCHW input copy.x before its first tile (else
-// the caller has made it). Returns cudaErrorInvalidValue where the tensor map cannot describe
-// the copy (its strides are not multiples of 16 bytes) or there are 2^31 tiles or more. The
-// tile: 128 pixels of an output row, or 64 where small_tiles says.
+// One launch: copy.y receives the (batch, H, W, Cin) copy of the NCHW input copy.x (elements
+// of Op's width; by the kernel's grid or by its own kernel first: kChannelsLastInsideBytes),
+// packed the weights by pack_b<BN, Op, true> with k-blocks of whole taps (cblocks a tap), or,
+// where b_source.present(), the workspace the launch packs them into itself (inside the
+// kernel: a cooperative launch, every multiprocessor packing; with pack_b's kernel first
+// where the GPU cannot hold that grid at once). Returns cudaErrorInvalidValue where the tensor
+// map cannot describe the copy (its strides are not multiples of 16 bytes) or there are 2^31
+// tiles or more. The tile: 128 pixels of an output row, or 64 where small_tiles says.
 template <int BN, class Op, class Epilogue, class BSource = tc::PackedAlready>
-cudaError_t launch(const void* x_channels_last, const Conv2dGeometry& g, int batch,
+cudaError_t launch(const ChannelsLastCopy& copy, const Conv2dGeometry& g, int batch,
                    const uint8_t* packed, const PackedB& layout, int cblocks,
                    const Epilogue& epilogue, cudaStream_t stream,
-                   const BSource& b_source = BSource{},
-                   const ChannelsLastCopy& copy = ChannelsLastCopy{}) {
+                   const BSource& b_source = BSource{}) {
     static_assert(Config<BN, 1, false, Op>::kTileRows == 64 &&
                   Config<BN, 2, false, Op>::kTileRows == 128, "small_tiles' tile sizes");
     if (small_tiles(g, batch, layout.n_tiles))
-        return launch_rows<BN, 1, Op>(x_channels_last, g, batch, packed, layout, cblocks,
-                                      epilogue, b_source, copy, stream);
-    return launch_rows<BN, 2, Op>(x_channels_last, g, batch, packed, layout, cblocks, epilogue,
-                                  b_source, copy, stream);
+        return launch_rows<BN, 1, Op>(copy, g, batch, packed, layout, cblocks,
+                                      epilogue, b_source, stream);
+    return launch_rows<BN, 2, Op>(copy, g, batch, packed, layout, cblocks, epilogue,
+                                  b_source, stream);
 }
 
 }  // namespace staged_a

@@ -176,8 +176,9 @@ cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
 // 64 us a call, against 33 for the packing kernel and the convolution), the kernel packing;
 // where the GPU cannot hold that grid at once (fewer multiprocessors lent to this process
 // than the device has, say: cudaErrorCooperativeLaunchTooLarge, a launch error, not sticky),
-// or without persistence (may_pack_inside false), pack_b's kernel first and an ordinary
-// launch of `ctas`. A cooperative launch's host cost is an ordinary one's (on an H200: 3.3 us
+// or where the kernel never packs (may_pack_inside false: one CTA a tile, or a kernel without
+// the prologue), pack_b's kernel first and an ordinary launch of `ctas` (launch may ignore
+// both arguments then). A cooperative launch's host cost is an ordinary one's (on an H200: 3.3 us
 // each, 132 CTAs of 384 threads).
 template <int BN, class Op, bool kNaturalK, class Source, class Launch>
 cudaError_t launch_packing_b(const Source& src, const uint8_t* packed, const PackedB& layout,

@@ -27,14 +27,12 @@ cudaError_t tensor_core_launch(TensorCorePath engine, const ALoader& loader,
                                const BSource& b_source = BSource{}) {
     if constexpr (tc::Operand<Op>::kNative16) {
         if (engine != TensorCorePath::kWgmma) return cudaErrorInvalidValue;
-    } else if (engine == TensorCorePath::kMmaSync) {
-        if (b_source.present()) {
-            const cudaError_t err =
-                tc::pack_b<BN, Op>(b_source, const_cast<uint8_t*>(packed), layout, stream);
-            if (err != cudaSuccess) return err;
-        }
-        return mma_sync::launch<BN, MB, kGroup, kTf32>(loader, epilogue, packed, layout, m_rows,
-                                                       batch, b_shared, stream);
+    } else if (engine == TensorCorePath::kMmaSync) {  // (one CTA a tile: packed first)
+        return tc::launch_packing_b<BN, Op, false>(
+            b_source, packed, layout, 0, false, stream, [&](bool, int) {
+                return mma_sync::launch<BN, MB, kGroup, kTf32>(loader, epilogue, packed, layout,
+                                                               m_rows, batch, b_shared, stream);
+            });
     }
     return tf32x3::launch<BN, MB, STAGES, kGroup, kTf32, Op>(
         loader, epilogue, packed, layout, m_rows, batch, b_shared, stream, true, b_source);

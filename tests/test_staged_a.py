@@ -135,7 +135,7 @@ def test_p31_tail_and_nan(tf32_allowed, dtype, x_shape):
 
 
 # v4's channels-last copy of the input: made by v4's own grid up to kChannelsLastInsideBytes
-# (8 MB: conv_implicit.cu), by the copy kernel first above it; the same arithmetic either way.
+# (8 MB: conv_implicit_staged_a_launch.cuh), by the copy kernel first above it; the same arithmetic either way.
 # And an input whose data starts off a 16-byte boundary (a contiguous view one element into its
 # storage), which the copy must read element by element, never as misaligned 16-byte vectors.
 @pytest.mark.parametrize("x_shape,copy_kernel", [((1, 64, 40, 40), False),
