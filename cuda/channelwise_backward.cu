@@ -30,7 +30,12 @@
 //                                order does not change with the GPU), each writing its partial
 //                                sum; then one thread a channel adds its partials in range
 //                                order, in double
-//   min_add_mul_backward v1     one thread per element
+//   min_add_mul_backward v1     one thread per element, the share found from x
+//   min_add_mul_backward v2     the share read from the byte the forward kept, and the
+//                               per-channel sums of dy and dx in the same pass, in
+//                               channel_sums v2's order (min_add_mul_backward_kept_launch:
+//                               P31's backward without its convolution computed again, and
+//                               three passes over the output's gradient made one)
 
 #include "common.cuh"
 #include "launchers.h"
@@ -99,9 +104,43 @@ __global__ void min_add_mul_backward_kernel(const T* __restrict__ dy, const T* _
     const unsigned index = blockIdx.x * kElementThreads + threadIdx.x;
     if (index >= static_cast<unsigned>(n)) return;
     const int i = static_cast<int>(index);
-    const float v = to_float(x[i]), c = rounded<T>(constant);  // the forward's min compares in T
-    const float share = v > c ? 0.0f : v == c ? 0.5f : 1.0f;   // NaN: neither test holds: 1
+    const float c = rounded<T>(constant);  // the forward's min compares in T
+    const float share = 0.5f * min_gradient_halves(to_float(x[i]), c);
     dx[i] = from_float<T>(rounded<T>(to_float(dy[i]) * factor) * share);
+}
+
+// v2: the shares the forward kept (in halves: its store computed min_gradient_halves of the
+// same rounded values v1 reads from x), so x need not exist; and both bias gradients on the
+// way. Laid out as channel_sums v2: block (c, r) walks planes (n, c) of range r's images,
+// thread t elements t, t + 256, ... of each, so that its double sums of dy (the bias's
+// gradient, before the factor) and of the dx it writes (the conv bias's) are added in
+// channel_sums_kernel's order: the same bits as channel_sums of dy and of dx.
+template <class T>
+__global__ void __launch_bounds__(kSumThreads)
+    min_add_mul_backward_kept_kernel(const T* __restrict__ dy, const uint8_t* __restrict__ halves,
+                                     T* __restrict__ dx, float* __restrict__ dy_partial,
+                                     float* __restrict__ dx_partial, int batch, int channels,
+                                     int plane_size, int images, float factor) {
+    const int c = blockIdx.x, r = blockIdx.y;
+    const int n_end = (r + 1) * images < batch ? (r + 1) * images : batch;
+    double dy_sum = 0.0, dx_sum = 0.0;
+    for (int n = r * images; n < n_end; ++n) {
+        const int plane = (n * channels + c) * plane_size;
+#pragma unroll 4
+        for (int s = threadIdx.x; s < plane_size; s += kSumThreads) {
+            const float g = to_float(dy[plane + s]);
+            const T d = from_float<T>(rounded<T>(g * factor) * (0.5f * halves[plane + s]));
+            dx[plane + s] = d;
+            dy_sum += g;
+            dx_sum += to_float(d);
+        }
+    }
+    const Sums total = block_sum<kSumThreads>({static_cast<float>(dy_sum),
+                                               static_cast<float>(dx_sum)});
+    if (threadIdx.x == 0) {
+        dy_partial[c * gridDim.y + r] = total.a;
+        dx_partial[c * gridDim.y + r] = total.b;
+    }
 }
 
 }  // namespace
@@ -135,11 +174,37 @@ cudaError_t min_add_mul_backward_launch(const T* dy, const T* x, T* dx, int n, f
     return cudaGetLastError();
 }
 
+template <class T>
+cudaError_t min_add_mul_backward_kept_launch(const T* dy, const uint8_t* halves, T* dx,
+                                             T* bias_grad, T* conv_bias_grad, int batch,
+                                             int channels, int plane_size, float factor,
+                                             float* workspace, cudaStream_t stream) {
+    if (channels <= 0) return cudaSuccess;
+    const SumRanges r = sum_ranges(batch, channels);
+    float* dx_partial = workspace + static_cast<long long>(channels) * r.ranges;
+    min_add_mul_backward_kept_kernel<T><<<dim3(channels, r.ranges), kSumThreads, 0, stream>>>(
+        dy, halves, dx, workspace, dx_partial, batch, channels, plane_size, r.images, factor);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    const int blocks = (channels + kSumThreads - 1) / kSumThreads;
+    channel_sums_finish_kernel<T><<<blocks, kSumThreads, 0, stream>>>(workspace, factor,
+                                                                      bias_grad, channels,
+                                                                      r.ranges);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    channel_sums_finish_kernel<T><<<blocks, kSumThreads, 0, stream>>>(dx_partial, 1.0f,
+                                                                      conv_bias_grad, channels,
+                                                                      r.ranges);
+    return cudaGetLastError();
+}
+
 #define X(T)                                                                                   \
     template cudaError_t channel_sums_launch<T>(const T*, const T*, float, T*, int, int, int,  \
                                                 float*, cudaStream_t);                         \
     template cudaError_t min_add_mul_backward_launch<T>(const T*, const T*, T*, int, float,    \
-                                                        float, cudaStream_t);
+                                                        float, cudaStream_t);                  \
+    template cudaError_t min_add_mul_backward_kept_launch<T>(                                 \
+        const T*, const uint8_t*, T*, T*, T*, int, int, int, float, float*, cudaStream_t);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X
 

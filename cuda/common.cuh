@@ -44,6 +44,14 @@ __device__ __forceinline__ float nan_min(float a, float b) {
 #endif
 }
 
+// torch.minimum's gradient rule for min(v, c), as the input v's share of the output's gradient,
+// in halves: 2 (all of it) where v < c, 1 where v == c (a tie splits the gradient between the
+// two sides), 0 where v > c; a NaN v takes it all (neither comparison holds). One byte a value
+// is what P31's forward keeps for its backward (ConvTail::halves, launchers.h).
+__host__ __device__ __forceinline__ uint8_t min_gradient_halves(float v, float c) {
+    return v > c ? 0 : v == c ? 1 : 2;
+}
+
 // A warpgroup: four consecutive warps, the unit a wgmma works in; the tensor-core kernels lay
 // their threads out in warpgroups on every engine.
 constexpr int kWarpgroupThreads = 128;

@@ -1,7 +1,8 @@
 // conv_store.cuh — the implicit-GEMM convolution's store (conv_implicit.cu): a tile of
 // accumulators to y (N, Cout, OH, OW) as conv + bias, or with P31's tail
 // (min(conv + bias, c) + bias2[co]) * factor, rounded where the torch operators it replaces
-// round (element.cuh). Two stores:
+// round (element.cuh); with the tail, where the caller asks (ConvTail::halves), each output's
+// share of the min's gradient beside it, for the backward. Two stores:
 //   store         v1-v3's: each thread writes its own accumulators straight to y, a value at a
 //                 time, wherever the tile's rows fall (any pixel order, any tile).
 //   store_staged  v4's (conv_implicit_staged_a.cuh), for a tile that is a stretch of one
@@ -37,12 +38,15 @@ struct ConvStore {
         for (int mb = 0; mb < MB; ++mb) {
             const int row = tc.m0 + tc.template tile_row<MB>(mb, 0);
             T* out[2];
+            uint8_t* kept[2];  // (the tail's halves at the same offsets, where it keeps them)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int m = row + 8 * h;
                 const int n = f.by_pixels.div(m), p = m - n * pixels;
                 const bool exists = m < f.batch * pixels && m - tc.m0 < tc.rows;
                 out[h] = exists ? y + n * f.cout * pixels + p : nullptr;
+                kept[h] = exists && keeps_halves() ? tail.halves + n * f.cout * pixels + p
+                                                   : nullptr;
             }
             // Columns in groups of up to 4 blocks of 8: a group's parameters are loaded
             // together, then used for both rows.
@@ -67,6 +71,10 @@ struct ConvStore {
                         const float v =
                             finish(acc[mb][4 * (nb0 + i / 2) + 2 * h + i % 2], add[i], add2[i]);
                         if (co < f.cout) out[h][co * pixels] = from_float<T>(v);
+                        if (kept[h] != nullptr && co < f.cout)
+                            kept[h][co * pixels] =
+                                halves_of(acc[mb][4 * (nb0 + i / 2) + 2 * h + i % 2], add[i],
+                                          rounded<T>(tail.constant));
                     }
                 }
             }
@@ -86,6 +94,16 @@ struct ConvStore {
         return tail.kind == ConvTail<T>::kMinAddMul
                    ? finish_as<true>(acc, add, add2, rounded<T>(tail.constant))
                    : finish_as<false>(acc, add, add2, 0.0f);
+    }
+
+    // Whether the store also keeps the min's gradient shares (ConvTail::halves), and the byte
+    // it keeps of an output: min_gradient_halves (common.cuh) of the rounded conv + bias against
+    // limit (the constant rounded to T), the values finish_as compares.
+    __device__ __forceinline__ bool keeps_halves() const {
+        return tail.kind == ConvTail<T>::kMinAddMul && tail.halves != nullptr;
+    }
+    __device__ __forceinline__ uint8_t halves_of(float acc, float add, float limit) const {
+        return min_gradient_halves(rounded<T>(plus_bias<T>(acc, add)), limit);
     }
 
     // Output channel co's bias and tail bias (add, add2 of finish), 0 past the last channel.
@@ -134,6 +152,8 @@ struct ConvStore {
                 stage_pairs<kTail, kFactorInT, BN, MB, kStride>(acc, tc, chunk, stage, params);
             else
                 stage_values<kTail, BN, MB, kStride>(acc, tc, chunk, stage, params);
+            if constexpr (kTail)
+                if (tail.halves != nullptr) keep_halves<BN, MB>(acc, tc, chunk, params);
             named_barrier_sync(barrier, kWarpgroupThreads);
             store_stage<MB, kChannels, kStride>(tc, tc.n0 + chunk * kChannels, stage);
             named_barrier_sync(barrier, kWarpgroupThreads);  // (the stage is rewritten next)
@@ -221,6 +241,34 @@ struct ConvStore {
                             finish_as<kTail>(acc[mb][4 * nb + 2 * h + c], add, add2, limit));
             }
         }
+    }
+    // Chunk `chunk`'s halves (keeps_halves) straight from the accumulators to tail.halves, a
+    // byte at a time (training only: the inference store pays one test a chunk): tile column
+    // col = 8 nb + 2 t + c (nb = 2 chunk + b) is output channel n0 + col, whose plane of
+    // image tc.batch starts at (batch Cout + co) pixels, the tile's pixels at p0 in it.
+    template <int BN, int MB>
+    __device__ void keep_halves(const float (&acc)[MB][BN / 2], const TileCoords& tc, int chunk,
+                                const float* params) const {
+        const int pixels = f.g.out_h * f.g.out_w, t = tc.lane % 4;
+        const float limit = rounded<T>(tail.constant);
+        const long long p0 = tc.m0 - static_cast<long long>(tc.batch) * pixels;
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int nb = 2 * chunk + b, col = 8 * nb + 2 * t + c, co = tc.n0 + col;
+                if (co >= f.cout) continue;
+                uint8_t* to = tail.halves + (static_cast<long long>(tc.batch) * f.cout + co) *
+                                                pixels + p0;
+#pragma unroll
+                for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = tc.template tile_row<MB>(mb, h);
+                        if (row < tc.rows)
+                            to[row] = halves_of(acc[mb][4 * nb + 2 * h + c], params[col], limit);
+                    }
+            }
     }
     // The stage's channels co0 .. co0 + kChannels - 1 to y: warp w stores rows w, w + 4, ...
     // of it, each tc.rows pixels from y's (n, co, p0), where the row's pixels start at an

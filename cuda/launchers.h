@@ -23,6 +23,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <type_traits>
 
 namespace scratchops {
@@ -155,6 +156,10 @@ cudaError_t tf32_round_launch(const float* x, float* y, long long n, cudaStream_
 // conv2d_implicit_packed_bytes, 16-byte aligned, the same size for every T and engine) for
 // the engine that launches (above: tensor_cores_native16 packs another layout); a packed
 // buffer serves any number of launches while the weights do not change.
+// halves (kMinAddMul, may be nullptr): where given, the store also writes each output's
+// min_gradient_halves (common.cuh) of the rounded conv + bias against the constant, a byte a
+// value in y's layout: what the backward needs of the forward, so that it need not compute the
+// convolution again.
 template <class T = float>
 struct ConvTail {
     enum Kind { kNone = 0, kMinAddMul = 1 };
@@ -162,6 +167,7 @@ struct ConvTail {
     float constant;
     const T* bias;  // kMinAddMul: one value per output channel
     float factor;
+    uint8_t* halves = nullptr;
 };
 // tf32: one TF32 product per fp32 product (A and B rounded to nearest), as cuDNN computes
 // when torch allows TF32 (conv2d_uses_tf32 says when scratchops follows it); the half types:
@@ -358,6 +364,15 @@ cudaError_t channel_sums_launch(const T* a, const T* b, float factor, T* out, in
 template <class T>
 cudaError_t min_add_mul_backward_launch(const T* dy, const T* x, T* dx, int n, float constant,
                                         float factor, cudaStream_t stream);
+// The same from the shares the forward kept (ConvTail::halves) instead of x, dx = dy * factor
+// * halves / 2 over batch x channels planes of plane_size, with both bias gradients of P31 on
+// the way: bias_grad[c] = factor * (dy's sum over channel c), conv_bias_grad[c] = dx's sum,
+// the same bits as channel_sums_launch of each. workspace: 2 * channel_sums_workspace_bytes.
+template <class T>
+cudaError_t min_add_mul_backward_kept_launch(const T* dy, const uint8_t* halves, T* dx,
+                                             T* bias_grad, T* conv_bias_grad, int batch,
+                                             int channels, int plane_size, float factor,
+                                             float* workspace, cudaStream_t stream);
 
 // --------------------------------------------------------------- groupnorm_backward.cu
 // dx of y = group_norm(x) * scale (gamma, beta, scale nullptr when absent), and the gradients

@@ -29,12 +29,17 @@ What each backward computes:
                    the scale of group_norm_scale included.
   scale            dx = dy * scale (the scale kernel itself); dscale = per-channel sums of dy * x.
   min_add_mul      torch.minimum's rule, then per-channel sums for the bias.
+  conv2d_min_add_mul  the min's rule from the shares its forward kept (the keeping operator,
+                   scratchops._library.KEEPING_SCHEMAS: what scratchops.conv2d_min_add_mul
+                   runs when a gradient is wanted), or from the convolution computed again
+                   (torch.ops.scratchops.conv2d_min_add_mul, which keeps nothing); then the
+                   convolution's gradients as conv2d's.
   max_pool2d_clamp the clamp's rule at the window's maximum, then the pool's gather to the
                    element torch's max_pool2d would have recorded (cuda/pool_clamp_backward.cu).
   clamp            dy where lo <= x <= hi.
-  the fused ops    through their parts: the convolution's output (and for P85 the group norm's)
-                   recomputed by the forward operators, then the parts' backward kernels in
-                   the reverse order. The forward kernels keep nothing for the backward.
+  the fused ops    through their parts, in the reverse order: P85's convolution and group
+                   norm outputs recomputed by the forward operators (its forward keeps
+                   nothing), P31's min rule as above.
 """
 
 from __future__ import annotations
@@ -134,6 +139,9 @@ def backward_conv2d(ctx, grad):
 
 
 # -------------------------------------------------------------- P31: conv2d_min_add_mul
+# Two ways to the min's rule: the public operator keeps nothing, so its backward computes the
+# convolution's output again; the keeping operator (what scratchops.conv2d_min_add_mul calls
+# when a gradient is wanted) kept each output's share in halves, which the backward reads.
 def setup_conv2d_min_add_mul(ctx, inputs, output):
     (x, weight, conv_bias, ctx.stride, ctx.padding, ctx.dilation, ctx.constant, bias,
      ctx.factor) = inputs
@@ -142,22 +150,54 @@ def setup_conv2d_min_add_mul(ctx, inputs, output):
 
 def backward_conv2d_min_add_mul(ctx, grad):
     x, weight, conv_bias, bias = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    grad = _contiguous(grad)
-    conv_grad = None
-    if needs[0] or needs[1] or needs[2]:  # the convolution's output again, then the min's rule
+
+    def min_rule(grad):  # the convolution's output again, then the min's rule
         y = OPS.conv2d(x, weight, conv_bias, ctx.stride, ctx.padding, ctx.dilation,
                        IMPLICIT_GEMM, DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION)
-        conv_grad = OPS._min_add_mul_backward(grad, y, ctx.constant, ctx.factor)
-    dx, dw, dcb = _conv_grads(conv_grad, x, weight, conv_bias is not None, ctx.stride,
-                              ctx.padding, ctx.dilation, IMPLICIT_GEMM,
-                              DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION,
-                              needs[0], needs[1], needs[2])
-    dbias = None
-    if needs[7]:
-        dbias = _per_channel(OPS._channel_sums(grad, None, ctx.factor), bias)
+        return OPS._min_add_mul_backward(grad, y, ctx.constant, ctx.factor), None, None
+
+    return _conv2d_min_add_mul_grads(ctx, grad, x, weight, conv_bias, bias, min_rule)
+
+
+def setup__conv2d_min_add_mul_keeping(ctx, inputs, output):
+    (x, weight, conv_bias, ctx.stride, ctx.padding, ctx.dilation, ctx.constant, bias,
+     ctx.factor) = inputs
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # (no zeros made for the shares' gradient)
+    ctx.save_for_backward(x, weight, conv_bias, bias, output[1])
+
+
+def backward__conv2d_min_add_mul_keeping(ctx, grad, _halves_grad):
+    x, weight, conv_bias, bias, halves = ctx.saved_tensors
+    if grad is None:
+        return (None,) * 9
+    return _conv2d_min_add_mul_grads(
+        ctx, grad, x, weight, conv_bias, bias,
+        lambda grad: OPS._min_add_mul_backward_kept(grad, halves, ctx.factor))
+
+
+def _conv2d_min_add_mul_grads(ctx, grad, x, weight, conv_bias, bias, min_rule):
+    """The gradients of conv2d_min_add_mul's inputs. min_rule(grad): the convolution output's
+    gradient, and the two bias gradients (conv_bias's and bias's, as (C,)) where it finds them
+    on the way, else None."""
+    needs = ctx.needs_input_grad
+    grad = _contiguous(grad)
+    conv_grad = dcb = dbias = None
+    if needs[0] or needs[1] or needs[2]:
+        conv_grad, dcb, dbias = min_rule(grad)
+    dx, dw, _ = _conv_grads(conv_grad, x, weight, False, ctx.stride, ctx.padding, ctx.dilation,
+                            IMPLICIT_GEMM, DEFAULT_CONV_WORKSPACE_BYTES,
+                            DEFAULT_IM2COL_GEMM_VERSION, needs[0], needs[1], False)
+    if not (needs[2] and conv_bias is not None):
+        dcb = None
+    elif dcb is None:
+        dcb = OPS._channel_sums(conv_grad, None, 1.0)
+    if not needs[7]:
+        dbias = None
+    elif dbias is None:
+        dbias = OPS._channel_sums(grad, None, ctx.factor)
     return (dx, dw, None if dcb is None else _per_channel(dcb, conv_bias), None, None, None,
-            None, dbias, None)
+            None, None if dbias is None else _per_channel(dbias, bias), None)
 
 
 # --------------------------------------------------- P85: conv2d_group_norm_pool_clamp

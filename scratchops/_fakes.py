@@ -5,6 +5,8 @@ and meta tensors run them instead of a kernel."""
 
 from __future__ import annotations
 
+import torch
+
 from . import _validate
 
 
@@ -29,6 +31,13 @@ scale = _fake("scale")
 min_add_mul = _fake("min_add_mul")
 max_pool2d_clamp = _fake("max_pool2d_clamp")
 clamp = _fake("clamp")
+
+
+# The private forward operators that keep what their backward needs
+# (scratchops._library.KEEPING_SCHEMAS): the public operator's output and the kept tensor.
+def _conv2d_min_add_mul_keeping(*args):
+    _, shape = _validate.conv2d_min_add_mul_args(*args)
+    return args[0].new_empty(shape), args[0].new_empty(shape, dtype=torch.uint8)
 
 
 # The private backward operators (scratchops._library.BACKWARD_SCHEMAS): only scratchops'
@@ -77,3 +86,8 @@ def _clamp_backward(grad, input, min, max):
 
 def _min_add_mul_backward(grad, input, constant, factor):
     return input.new_empty(input.shape)
+
+
+def _min_add_mul_backward_kept(grad, halves, factor):
+    return (grad.new_empty(grad.shape), grad.new_empty((grad.shape[1],)),
+            grad.new_empty((grad.shape[1],)))

@@ -87,6 +87,23 @@ BACKWARD_SCHEMAS = {
     "_clamp_backward": "(Tensor grad, Tensor input, float min, float max) -> Tensor",
     "_min_add_mul_backward": "(Tensor grad, Tensor input, float constant, float factor) "
                              "-> Tensor",
+    "_min_add_mul_backward_kept": "(Tensor grad, Tensor halves, float factor) "
+                                  "-> (Tensor, Tensor, Tensor)",
+}
+
+# The private forward operators that also return what their backward needs, so that it need
+# not compute it again: _<public name>_keeping, the public operator's arguments, its output and
+# the kept tensor. The public function calls one when a gradient is wanted (scratchops/ops.py:
+# _keeps_for_backward); torch.ops.scratchops.<public name> itself keeps nothing, and its
+# backward computes what it needs.
+#   _conv2d_min_add_mul_keeping  also the min's gradient share of each output, in halves (a
+#                                byte an output, cuda/common.cuh's min_gradient_halves), which
+#                                the backward reads instead of the convolution's output.
+KEEPING_SCHEMAS = {
+    "_conv2d_min_add_mul_keeping": "(Tensor input, Tensor weight, Tensor? conv_bias, "
+                                   "int[2] stride, int[2] padding, int[2] dilation, "
+                                   "float constant, Tensor bias, float factor) "
+                                   "-> (Tensor, Tensor)",
 }
 
 _LIB = torch.library.Library("scratchops", "DEF")
@@ -167,14 +184,15 @@ torch.library.register_fake("scratchops::_backward_not_implemented",
 _running = threading.local()
 
 
-def _backward_of(name: str):
-    """The backward formula of public operator `name` (scratchops._backward), noting itself
-    as the running one while it runs."""
+def _backward_of(name: str, public: str | None = None):
+    """The backward formula of operator `name` (scratchops._backward), noting the public
+    operator it serves (`public`, default `name`) as the running one while it runs."""
     formula = getattr(_backward, f"backward_{name}")
+    public = public or name
 
     def backward(ctx, *grads):
         outer = getattr(_running, "name", None)
-        _running.name = name
+        _running.name = public
         try:
             return formula(ctx, *grads)
         finally:
@@ -276,6 +294,15 @@ for _name, _schema in SCHEMAS.items():
     torch.library.register_autograd(f"scratchops::{_name}", _backward_of(_name),
                                     setup_context=getattr(_backward, f"setup_{_name}"), lib=_LIB)
     _LIB.impl(_name, _autocast_kernel(_name, AUTOCAST[_name]), "AutocastCUDA", with_keyset=True)
+
+for _name, _schema in KEEPING_SCHEMAS.items():  # (no autocast kernel: called outside autocast)
+    _LIB.define(_name + _schema)
+    _PLACEHOLDERS.impl(_name, _placeholder_cuda_kernel(_name), "CUDA")
+    torch.library.register_fake(f"scratchops::{_name}", getattr(_fakes, _name), lib=_LIB)
+    torch.library.register_autograd(
+        f"scratchops::{_name}",
+        _backward_of(_name, public=_name.removeprefix("_").removesuffix("_keeping")),
+        setup_context=getattr(_backward, f"setup_{_name}"), lib=_LIB)
 
 for _name, _schema in BACKWARD_SCHEMAS.items():
     _LIB.define(_name + _schema)

@@ -17,7 +17,9 @@ Two ways to the operator, one set of rules:
            scratchops._validate (the same check the operator's fake runs), which raises the
            clear error for bad arguments or normalises good ones (numpy and 0-dim integers,
            a one-element list, 'same' padding, an unbatched input, ...), then calls the
-           operator through the dispatcher, autograd included.
+           operator through the dispatcher, autograd included. There a fused operator whose
+           backward needs more than its inputs runs its keeping form when a gradient is
+           wanted (`_keeps_for_backward`), which returns that too.
 So every error message comes from the validator, and binding.cpp refuses what it refuses
 (tests/test_call_path.py holds the two to each other on the GPU).
 """
@@ -58,6 +60,15 @@ def _direct(x, *tensors) -> bool:
         except RuntimeError:
             return False
     return True
+
+
+def _keeps_for_backward(*tensors) -> bool:
+    """Whether a fused operator should run its keeping form (scratchops._library's
+    KEEPING_SCHEMAS), which also keeps what its backward needs: when a gradient is wanted, and
+    outside autocast (where the operator runs as the chain of its parts, each under its own
+    policy, and each keeps its own)."""
+    return (torch.is_grad_enabled() and not torch.is_autocast_enabled("cuda")
+            and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors))
 
 
 def _ints(*values) -> bool:
@@ -184,6 +195,8 @@ def conv2d_min_add_mul(input, weight, conv_bias, constant, bias, factor, stride=
     args, _ = _validate.conv2d_min_add_mul_args(x, weight, conv_bias, stride, padding, dilation,
                                                 constant, bias, factor)
     _validate.check_cuda(input=x, weight=weight, conv_bias=conv_bias, bias=bias)
+    if _keeps_for_backward(x, weight, conv_bias, bias):
+        return _unbatched(OPS._conv2d_min_add_mul_keeping(*args)[0], unbatched)
     return _unbatched(OPS.conv2d_min_add_mul(*args), unbatched)
 
 

@@ -54,6 +54,22 @@ def check_one_pass(label, version):
                                    s[:, None, None], 4), -0.5, 0.5))
 
 
+def check_kept(label, x, w, bias, b2, constant=0.1):
+    """P31's keeping form: its output equal to the plain operator's, and the shares it kept
+    (a byte an output, in halves) equal to the min's rule on the convolution's own output."""
+    ops = torch.ops.scratchops
+    args = ([1, 1], [0, 0], [1, 1])
+    out, halves = ops._conv2d_min_add_mul_keeping(x, w, bias, *args, constant, b2, 2.0)
+    conv = ops.conv2d(x, w, bias, *args, 1, scratchops.versions.DEFAULT_CONV_WORKSPACE_BYTES,
+                      scratchops.versions.DEFAULT_IM2COL_GEMM_VERSION)
+    limit = torch.tensor(constant, dtype=x.dtype).item()
+    rule = torch.where(conv > limit, 0, torch.where(conv == limit, 1, 2)).to(torch.uint8)
+    if not torch.equal(out, ops.conv2d_min_add_mul(x, w, bias, *args, constant, b2, 2.0)):
+        failures.append(f"{label}: the keeping form's output differs")
+    if not torch.equal(halves, rule):
+        failures.append(f"{label}: {(halves != rule).sum().item()} kept shares differ")
+
+
 def tensor_core_kernels(engine):
     """gemm's tensor-core version, the implicit-GEMM conv2d, P31 in one kernel and P85's one
     pass on the tensor cores."""
@@ -65,6 +81,7 @@ def tensor_core_kernels(engine):
     b2 = r(70)
     check(f"{engine} conv2d_min_add_mul", scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
           (torch.clamp_max(F.conv2d(x, w, bias), 0.1) + b2[:, None, None]) * 2.0)
+    check_kept(f"{engine} conv2d_min_add_mul keeping", x, w, bias, b2)
     for version in scratchops.CONV_GN_POOL_VERSIONS:
         if version != CONV_GN_POOL_CUDA_CORES:
             check_one_pass(f"{engine} conv2d_group_norm_pool_clamp v{version}", version)
@@ -95,6 +112,7 @@ def native_half_kernels():
     half_limit = torch.tensor(0.1, device="cuda", dtype=torch.bfloat16)
     check("bf16 conv2d_min_add_mul", scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
           (torch.min(F.conv2d(x, w, bias), half_limit) + b2[:, None, None]) * 2.0, tol=tol)
+    check_kept("bf16 conv2d_min_add_mul keeping", x, w, bias, b2)
     x, dy = half(3, 24, 13, 11), half(3, 70, 11, 9)
     check("bf16 conv2d weight gradient",
           torch.ops.scratchops._conv2d_weight_grad(
@@ -129,6 +147,9 @@ def staged_a_kernels():
         check("v4 tf32 conv2d_min_add_mul",
               scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0),
               (torch.clamp_max(F.conv2d(x, w, bias), 0.1) + b2[:, None, None]) * 2.0)
+        check_kept("v4 tf32 conv2d_min_add_mul keeping", x, w, bias, b2)
+        x, w, bias, b2 = (t.to(torch.bfloat16) for t in (x, w, bias, b2))
+        check_kept("v4 bf16 conv2d_min_add_mul keeping", x, w, bias, b2)
     finally:
         torch.backends.cudnn.allow_tf32 = before
 
@@ -168,6 +189,11 @@ def backward_kernels():
     check_grads("scale / min_add_mul backward",
                 lambda x, s: scratchops.min_add_mul(scratchops.scale(x, s), 0.1, s, -2.0),
                 lambda x, s: (torch.clamp_max(x * s, 0.1) + s) * -2.0, r(2, 5, 7, 9), r(5, 1, 1))
+    check_grads("conv2d_min_add_mul backward (from the kept shares)",
+                lambda x, w, b, b2: scratchops.conv2d_min_add_mul(x, w, b, 0.1, b2, 2.0),
+                lambda x, w, b, b2: (torch.clamp_max(F.conv2d(x, w, b), 0.1) +
+                                     b2[:, None, None]) * 2.0,
+                r(2, 5, 9, 8), r(70, 5, 3, 3), r(70), r(70))
     check_grads("max_pool2d_clamp / clamp backward",
                 lambda x: scratchops.clamp(scratchops.max_pool2d_clamp(x, 3, 2, 1, -0.5, 0.5),
                                            -0.2, 0.3),

@@ -440,21 +440,45 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     });
 }
 
-// P31 in one kernel: (min(conv2d(x) + conv_bias, constant) + bias) * factor.
-Tensor conv2d_min_add_mul_cuda(const Tensor& x, const Tensor& weight, const OptTensor& conv_bias,
-                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                               double constant, const Tensor& bias, double factor) {
+// P31 in one kernel: (min(conv2d(x) + conv_bias, constant) + bias) * factor; where halves is
+// given, the min's gradient shares too, a byte an output in *halves (ConvTail::halves).
+Tensor conv2d_min_add_mul_run(const Tensor& x, const Tensor& weight, const OptTensor& conv_bias,
+                              IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                              double constant, const Tensor& bias, double factor,
+                              Tensor* halves) {
     const Conv c = conv_setup(x, weight, conv_bias, stride, padding, dilation);
     check_per_channel(bias, x, "bias", c.cout, 4);
-    return launch_into(x, c.shape, "conv2d_min_add_mul", [&](auto e, auto* y, cudaStream_t s) {
+    const auto bytes = x.options().dtype(at::kByte);
+    Tensor y = launch_into(x, c.shape, "conv2d_min_add_mul", [&](auto e, auto* y, cudaStream_t s) {
         using T = typename decltype(e)::type;
-        const ConvTail<T> tail{ConvTail<T>::kMinAddMul, f32(constant), data<T>(bias),
-                               f32(factor)};
+        ConvTail<T> tail{ConvTail<T>::kMinAddMul, f32(constant), data<T>(bias), f32(factor)};
+        if (halves != nullptr) {  // (allocated once launch_into has checked the size)
+            *halves = at::empty(c.shape, bytes);
+            tail.halves = halves->data_ptr<uint8_t>();
+        }
         const ConvWorkspaces w = conv_workspaces<T>(weight, c);
         return conv2d_implicit_launch<T>(data<T>(x), w.packed, data<T>(conv_bias), y, c.batch,
                                          c.cout, c.g, tail, c.tf32, w.engine, s, true,
                                          w.channels_last, data<T>(weight));
     });
+    if (halves != nullptr && !halves->defined()) *halves = at::empty(c.shape, bytes);  // empty y
+    return y;
+}
+Tensor conv2d_min_add_mul_cuda(const Tensor& x, const Tensor& weight, const OptTensor& conv_bias,
+                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                               double constant, const Tensor& bias, double factor) {
+    return conv2d_min_add_mul_run(x, weight, conv_bias, stride, padding, dilation, constant, bias,
+                                  factor, nullptr);
+}
+// The same when a gradient is wanted: (output, the min's gradient shares in halves).
+std::tuple<Tensor, Tensor> conv2d_min_add_mul_keeping_cuda(
+    const Tensor& x, const Tensor& weight, const OptTensor& conv_bias, IntArrayRef stride,
+    IntArrayRef padding, IntArrayRef dilation, double constant, const Tensor& bias,
+    double factor) {
+    Tensor halves;
+    Tensor y = conv2d_min_add_mul_run(x, weight, conv_bias, stride, padding, dilation, constant,
+                                      bias, factor, &halves);
+    return {y, halves};
 }
 
 // The group norm parameters' checks (F.group_norm's): groups divide the channels, eps >= 0.
@@ -804,6 +828,31 @@ Tensor min_add_mul_backward_cuda(const Tensor& grad, const Tensor& x, double con
     });
 }
 
+// From the shares conv2d_min_add_mul_keeping kept: (dx = dy * factor * halves / 2, the conv
+// bias's gradient dx summed over each channel, the bias's factor * dy summed likewise).
+std::tuple<Tensor, Tensor, Tensor> min_add_mul_backward_kept_cuda(const Tensor& grad,
+                                                                  const Tensor& halves,
+                                                                  double factor) {
+    const Planes p = planes(grad);
+    SCRATCHOPS_ARG(halves.is_cuda() && halves.device() == grad.device() &&
+                       halves.scalar_type() == at::kByte && halves.is_contiguous() &&
+                       halves.sizes() == grad.sizes(),
+                   "halves must be the forward's contiguous uint8 shares, grad's shape and device");
+    // (Launched as the bias gradient's operator: an empty batch still writes its zero sums.)
+    Tensor dx = new_output(grad, grad.sizes()), conv_bias_grad = new_output(grad, {p.channels});
+    Tensor bias_grad = launch_into(grad, {p.channels}, "min_add_mul backward",
+                                   [&](auto e, auto* bias_grad, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        const at::DataPtr partials =
+            workspace(2 * channel_sums_workspace_bytes(p.batch, p.channels));
+        return min_add_mul_backward_kept_launch<T>(
+            data<T>(grad), halves.data_ptr<uint8_t>(), static_cast<T*>(dx.data_ptr()), bias_grad,
+            static_cast<T*>(conv_bias_grad.data_ptr()), p.batch, p.channels, p.size, f32(factor),
+            static_cast<float*>(partials.get()), s);
+    });
+    return {dx, conv_bias_grad, bias_grad};
+}
+
 // The private backward operators with their CUDA implementations (names without the leading
 // underscore of scratchops::_<name>).
 template <class Register>
@@ -818,6 +867,14 @@ void each_backward_operator(Register&& reg) {
     reg("_max_pool2d_clamp_backward", &max_pool2d_clamp_backward_cuda);
     reg("_clamp_backward", &clamp_backward_cuda);
     reg("_min_add_mul_backward", &min_add_mul_backward_cuda);
+    reg("_min_add_mul_backward_kept", &min_add_mul_backward_kept_cuda);
+}
+
+// The private forward operators that keep what their backward needs (scratchops/_library.py's
+// KEEPING_SCHEMAS: called by the public functions when a gradient is wanted).
+template <class Register>
+void each_keeping_operator(Register&& reg) {
+    reg("_conv2d_min_add_mul_keeping", &conv2d_min_add_mul_keeping_cuda);
 }
 
 // Each operator with its CUDA implementation, for both registrations below.
@@ -847,6 +904,7 @@ void register_public_kernels() {
         };
         each_operator(impl);
         each_backward_operator(impl);
+        each_keeping_operator(impl);
         return library;
     }();
     (void)registered;
@@ -895,6 +953,7 @@ TORCH_LIBRARY(scratchops_cuda, m) {
     };
     each_operator(def);
     each_backward_operator(def);
+    each_keeping_operator(def);
     m.def("register_public_kernels", &register_public_kernels);
     m.def("set_tensor_core_path", &set_tensor_core_path);
     m.def("get_tensor_core_path", &get_tensor_core_path);
