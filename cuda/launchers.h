@@ -156,10 +156,8 @@ cudaError_t tf32_round_launch(const float* x, float* y, long long n, cudaStream_
 // conv2d_implicit_packed_bytes, 16-byte aligned, the same size for every T and engine) for
 // the engine that launches (above: tensor_cores_native16 packs another layout); a packed
 // buffer serves any number of launches while the weights do not change.
-// halves (kMinAddMul, may be nullptr): where given, the store also writes each output's
-// min_gradient_halves (common.cuh) of the rounded conv + bias against the constant, a byte a
-// value in y's layout: what the backward needs of the forward, so that it need not compute the
-// convolution again.
+// halves (kMinAddMul, may be nullptr): where given, the store also writes, a byte an output in
+// y's layout, min_gradient_halves (common.cuh) of its rounded conv + bias against the constant.
 template <class T = float>
 struct ConvTail {
     enum Kind { kNone = 0, kMinAddMul = 1 };
@@ -364,10 +362,9 @@ cudaError_t channel_sums_launch(const T* a, const T* b, float factor, T* out, in
 template <class T>
 cudaError_t min_add_mul_backward_launch(const T* dy, const T* x, T* dx, int n, float constant,
                                         float factor, cudaStream_t stream);
-// The same from the shares the forward kept (ConvTail::halves) instead of x, dx = dy * factor
-// * halves / 2 over batch x channels planes of plane_size, with both bias gradients of P31 on
-// the way: bias_grad[c] = factor * (dy's sum over channel c), conv_bias_grad[c] = dx's sum,
-// the same bits as channel_sums_launch of each. workspace: 2 * channel_sums_workspace_bytes.
+// The same from the shares kept (ConvTail::halves), dx = dy * factor * halves / 2, with P31's
+// bias gradients on the way: bias_grad[c] = factor * (dy's sum over channel c), conv_bias_grad
+// [c] = dx's, as channel_sums_launch sums. workspace: 2 * channel_sums_workspace_bytes.
 template <class T>
 cudaError_t min_add_mul_backward_kept_launch(const T* dy, const uint8_t* halves, T* dx,
                                              T* bias_grad, T* conv_bias_grad, int batch,
