@@ -111,6 +111,20 @@ __device__ __forceinline__ bool clamp_passes_gradient(float v, float lo, float h
     return (lo == -INFINITY || v >= lo) && (hi == INFINITY || v <= hi);
 }
 
+// P85's group norm and scale of one conv output v, as its one pass maps a window's extreme
+// and its backward maps every output again: the group norm's result rounded to T before the
+// scale multiplies it (torch's group_norm(x) * scale, element.cuh), in float. One expression,
+// so that the two compute the same bits.
+template <class T>
+__device__ __forceinline__ float normed(float v, float mean, float rstd, float gamma, float beta) {
+    return rounded<T>((v - mean) * rstd * gamma + beta);
+}
+template <class T>
+__device__ __forceinline__ float normed_scaled(float v, float mean, float rstd, float gamma,
+                                               float beta, float scale) {
+    return normed<T>(v, mean, rstd, gamma, beta) * scale;
+}
+
 // ----------------------------------------------------------------------------- moments
 // Count, mean and centred sum of squares (m2) of a set of values: what group norm's
 // statistics are made of, merged without the cancellation of sum-of-squares formulas.

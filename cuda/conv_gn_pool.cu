@@ -94,7 +94,8 @@ cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const 
     const BandPixels bands = band_pixels(g, kBandCols);
     const BandPixels wide_bands = band_pixels(g, kWideBandCols);
     auto* stats = static_cast<float*>(workspace);
-    float* extremes = stats + stats_floats(batch, g, a.groups);
+    float* extremes =
+        a.kept_extremes != nullptr ? a.kept_extremes : stats + stats_floats(batch, g, a.groups);
     const Params<T> params{a.conv_bias, a.gamma,   a.scale,         stats,
                            extremes,    a.groups, g.out_h / kPool, g.out_w / kPool};
     const tc::PackedB layout = conv_tc::weight_layout(g, out_channels, kBN);
@@ -153,8 +154,8 @@ cudaError_t conv_gn_pool_launch(int version, const T* x, const T* weight, const 
                                        FastDiv(static_cast<uint32_t>(windows))};
     // (a.groups <= out_channels <= kBN: within the grid's y limit.)
     finalize_kernel<T><<<dim3(batch, a.groups), kFinalizeThreads, 0, stream>>>(
-        stats, extremes, a.gamma, a.beta, a.scale, y, out_channels, a.groups, finalize_bands,
-        finalize_shape, a.eps, a.lo, a.hi);
+        stats, extremes, a.gamma, a.beta, a.scale, y, a.kept_stats, out_channels, a.groups,
+        finalize_bands, finalize_shape, a.eps, a.lo, a.hi);
     return cudaGetLastError();
 }
 

@@ -18,7 +18,8 @@ template <class T>
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(const float* __restrict__ tile_stats, const float* __restrict__ extremes,
                     const T* __restrict__ gamma, const T* __restrict__ beta,
-                    const T* __restrict__ scale, T* __restrict__ y, int cout, int groups,
+                    const T* __restrict__ scale, T* __restrict__ y,
+                    float* __restrict__ kept_stats, int cout, int groups,
                     BandPixels bands, FinalizeShape shape, float eps, float lo, float hi) {
     const int n = blockIdx.x, group = blockIdx.y, cpg = shape.channels_per_group;
     // The group's channels' windows are contiguous (channel-major, [n][channel][window]): one
@@ -93,6 +94,10 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     const float group_mean = shift + offset;
     const float variance = fmaxf((sum_sq - sum * offset) / count, 0.0f);  // biased, as torch
     const float rstd = 1.0f / sqrtf(variance + eps);
+    if (kept_stats != nullptr && threadIdx.x == 0) {  // {mean, 1/std}, kept for the backward
+        kept_stats[2 * (n * groups + group)] = group_mean;
+        kept_stats[2 * (n * groups + group) + 1] = rstd;
+    }
 
     // Each window's extreme through its channel's affine map, then the clamp.
     for (int start = threadIdx.x; start < group_windows;
@@ -105,8 +110,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
             const float4 gbs = channel_params[shape.by_windows.div(i)];
             // (The group norm's result rounded to T before the scale, as torch's group_norm
             // then * scale: element.cuh.)
-            const float v =
-                rounded<T>((extreme[k] - group_mean) * rstd * gbs.x + gbs.y) * gbs.z;
+            const float v = normed_scaled<T>(extreme[k], group_mean, rstd, gbs.x, gbs.y, gbs.z);
             y[first + i] = from_float<T>(nan_min(nan_max(v, lo), hi));
         }
     }

@@ -146,12 +146,15 @@ cudaError_t batch_sum_launch(const In* x, const float* carry, Out* y, int batch,
                                                  cudaStream_t);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X
-// A float accumulator rounded into the half types' gradients, and half partial sums added
-// into a float accumulator (float to float is instantiated above).
+// A float accumulator rounded into the half types' gradients (transposed, or summed over a
+// batch of partial sums), and half partial sums added into a float accumulator (float to
+// float is instantiated above).
 #define X(T)                                                                                    \
     template cudaError_t transpose_launch<float, T>(const float*, T*, int, int, int,             \
                                                     cudaStream_t);                               \
     template cudaError_t batch_sum_launch<T, float>(const T*, const float*, float*, int, int,    \
+                                                    cudaStream_t);                               \
+    template cudaError_t batch_sum_launch<float, T>(const float*, const float*, T*, int, int,    \
                                                     cudaStream_t);
 X(__half)
 X(__nv_bfloat16)

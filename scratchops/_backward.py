@@ -37,9 +37,14 @@ What each backward computes:
   max_pool2d_clamp the clamp's rule at the window's maximum, then the pool's gather to the
                    element torch's max_pool2d would have recorded (cuda/pool_clamp_backward.cu).
   clamp            dy where lo <= x <= hi.
-  the fused ops    through their parts, in the reverse order: P85's convolution and group
-                   norm outputs recomputed by the forward operators (its forward keeps
-                   nothing), P31's min rule as above.
+  conv2d_group_norm_pool_clamp  from what its keeping form kept (each window's extreme,
+                   each group's statistics; _library.KEEPING_SCHEMAS), one fused kernel that
+                   computes the convolution again tile by tile and feeds the gradient it forms
+                   straight into the input, weight and bias gradients (neither the
+                   convolution's output nor its gradient is written); or, after the public
+                   operator (which keeps nothing) and where the fused kernel does not cover the
+                   call, through its parts in the reverse order: the convolution and group norm
+                   outputs computed again by the forward operators.
 """
 
 from __future__ import annotations
@@ -229,6 +234,32 @@ def backward_conv2d_group_norm_pool_clamp(ctx, grad):
     return (dx, dw, None if dcb is None else _per_channel(dcb, conv_bias), None,
             dgw if needs[4] else None, dgb if needs[5] else None,
             dscale if needs[6] else None, None, None, None, None)
+
+
+# P85's keeping form (what scratchops.conv2d_group_norm_pool_clamp runs when a gradient is
+# wanted and the fused backward covers the call): its backward computes the convolution again
+# tile by tile from the kept extremes and statistics, in one fused kernel
+# (cuda/conv_gn_pool_backward.cu).
+def setup__conv2d_group_norm_pool_clamp_keeping(ctx, inputs, output):
+    (x, weight, conv_bias, ctx.num_groups, gn_weight, gn_bias, scale, _, ctx.min, ctx.max,
+     _) = inputs
+    ctx.mark_non_differentiable(output[1], output[2])
+    ctx.set_materialize_grads(False)  # (no zeros made for the kept tensors' gradients)
+    ctx.save_for_backward(x, weight, conv_bias, gn_weight, gn_bias, scale, output[1], output[2])
+
+
+def backward__conv2d_group_norm_pool_clamp_keeping(ctx, grad, _extremes_grad, _stats_grad):
+    x, weight, conv_bias, gn_weight, gn_bias, scale, extremes, stats = ctx.saved_tensors
+    if grad is None:
+        return (None,) * 11
+    needs = ctx.needs_input_grad
+    dx, dw, dcb, dparams = OPS._conv2d_group_norm_pool_clamp_backward_kept(
+        _contiguous(grad), x, weight, conv_bias, ctx.num_groups, gn_weight, gn_bias, scale,
+        extremes, stats, ctx.min, ctx.max)
+    return (dx if needs[0] else None, dw if needs[1] else None,
+            _per_channel(dcb, conv_bias) if needs[2] and conv_bias is not None else None, None,
+            dparams[0] if needs[4] else None, dparams[1] if needs[5] else None,
+            _per_channel(dparams[2], scale) if needs[6] else None, None, None, None, None)
 
 
 # ----------------------------------------------------------------------------- group_norm

@@ -40,6 +40,13 @@ def _conv2d_min_add_mul_keeping(*args):
     return args[0].new_empty(shape), args[0].new_empty(shape, dtype=torch.uint8)
 
 
+def _conv2d_group_norm_pool_clamp_keeping(*args):
+    checked, shape = _validate.conv2d_group_norm_pool_clamp_args(*args)
+    x, num_groups = checked[0], checked[3]
+    return (x.new_empty(shape), x.new_empty(shape, dtype=torch.float32),
+            x.new_empty((x.shape[0], num_groups, 2), dtype=torch.float32))
+
+
 # The private backward operators (scratchops._library.BACKWARD_SCHEMAS): only scratchops'
 # backward formulas call them, with tensors their forward checked, so the fakes give the shape.
 def _col2im(grad, input_size, kernel_size, dilation, padding, stride):
@@ -91,3 +98,11 @@ def _min_add_mul_backward(grad, input, constant, factor):
 def _min_add_mul_backward_kept(grad, halves, factor):
     return (grad.new_empty(grad.shape), grad.new_empty((grad.shape[1],)),
             grad.new_empty((grad.shape[1],)))
+
+
+def _conv2d_group_norm_pool_clamp_backward_kept(grad, input, weight, conv_bias, num_groups,
+                                                gn_weight, gn_bias, scale, extremes, stats, min,
+                                                max):
+    cout = weight.shape[0]
+    return (input.new_empty(input.shape), input.new_empty(weight.shape), input.new_empty((cout,)),
+            input.new_empty((3, cout)))

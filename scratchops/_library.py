@@ -89,6 +89,10 @@ BACKWARD_SCHEMAS = {
                              "-> Tensor",
     "_min_add_mul_backward_kept": "(Tensor grad, Tensor halves, float factor) "
                                   "-> (Tensor, Tensor, Tensor)",
+    "_conv2d_group_norm_pool_clamp_backward_kept": (
+        "(Tensor grad, Tensor input, Tensor weight, Tensor? conv_bias, int num_groups, "
+        "Tensor? gn_weight, Tensor? gn_bias, Tensor? scale, Tensor extremes, Tensor stats, "
+        "float min, float max) -> (Tensor, Tensor, Tensor, Tensor)"),
 }
 
 # The private forward operators that also return what their backward needs, so that it need
@@ -99,11 +103,17 @@ BACKWARD_SCHEMAS = {
 #   _conv2d_min_add_mul_keeping  also the min's gradient share of each output, in halves (a
 #                                byte an output, cuda/common.cuh's min_gradient_halves), which
 #                                the backward reads instead of the convolution's output.
+#   _conv2d_group_norm_pool_clamp_keeping  also each pooling window's extreme of the
+#                                convolution (float32, the output's shape) and each (sample,
+#                                group)'s mean and 1/std (float32, (N, groups, 2)), from which
+#                                the backward computes the convolution again tile by tile.
 KEEPING_SCHEMAS = {
     "_conv2d_min_add_mul_keeping": "(Tensor input, Tensor weight, Tensor? conv_bias, "
                                    "int[2] stride, int[2] padding, int[2] dilation, "
                                    "float constant, Tensor bias, float factor) "
                                    "-> (Tensor, Tensor)",
+    "_conv2d_group_norm_pool_clamp_keeping": SCHEMAS["conv2d_group_norm_pool_clamp"].replace(
+        "-> Tensor", "-> (Tensor, Tensor, Tensor)"),
 }
 
 _LIB = torch.library.Library("scratchops", "DEF")

@@ -163,6 +163,16 @@ def conv2d_min_add_mul_args(x, weight, conv_bias, stride, padding, dilation, con
 # (binding.cpp: kOnePassMaxChannels, kOnePassPool; tests/test_call_path.py holds them equal.)
 ONE_PASS_MAX_CHANNELS = 64
 ONE_PASS_POOL = 4
+# What the fused backward by recomputation covers (cuda/conv_gn_pool_backward.cuh: a tile's
+# region extends one pooling window up and left, so kernels up to ONE_PASS_POOL + 1).
+FUSED_BACKWARD_MAX_INPUT_CHANNELS = 8
+FUSED_BACKWARD_MAX_KERNEL = ONE_PASS_POOL + 1
+
+
+def fused_backward_covers(weight) -> bool:
+    """Whether P85's fused backward covers a call with this (Cout, Cin, kh, kw) weight."""
+    return (weight.shape[1] <= FUSED_BACKWARD_MAX_INPUT_CHANNELS
+            and max(weight.shape[2:]) <= FUSED_BACKWARD_MAX_KERNEL)
 
 
 def conv2d_group_norm_pool_clamp_args(x, weight, conv_bias, num_groups, gn_weight, gn_bias,

@@ -222,6 +222,9 @@ def conv2d_group_norm_pool_clamp(input, weight, conv_bias, num_groups, gn_weight
         x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, eps, min, max, version)
     _validate.check_cuda(input=x, weight=weight, conv_bias=conv_bias, gn_weight=gn_weight,
                          gn_bias=gn_bias, scale=scale)
+    if (_keeps_for_backward(x, weight, conv_bias, gn_weight, gn_bias, scale)
+            and _validate.fused_backward_covers(weight)):
+        return _unbatched(OPS._conv2d_group_norm_pool_clamp_keeping(*args)[0], unbatched)
     return _unbatched(OPS.conv2d_group_norm_pool_clamp(*args), unbatched)
 
 

@@ -194,6 +194,15 @@ def backward_kernels():
                 lambda x, w, b, b2: (torch.clamp_max(F.conv2d(x, w, b), 0.1) +
                                      b2[:, None, None]) * 2.0,
                 r(2, 5, 9, 8), r(70, 5, 3, 3), r(70), r(70))
+    for w_shape, groups in (((12, 5, 3, 3), 3), ((6, 2, 5, 4), 2)):  # both kernel instantiations
+        check_grads(f"conv2d_group_norm_pool_clamp backward (fused, {w_shape[2]}x{w_shape[3]})",
+                    lambda x, w, b, g, b2, s, k=groups: scratchops.conv2d_group_norm_pool_clamp(
+                        x, w, b, k, g, b2, s, 1e-5, -0.5, 0.5, version=CONV_GN_POOL_CUDA_CORES),
+                    lambda x, w, b, g, b2, s, k=groups: torch.clamp(F.max_pool2d(
+                        F.group_norm(F.conv2d(x, w, b), k, g, b2) * s[:, None, None], 4),
+                        -0.5, 0.5),
+                    r(2, w_shape[1], 19, 37), r(*w_shape), r(w_shape[0]), r(w_shape[0]),
+                    r(w_shape[0]), r(w_shape[0]))
     check_grads("max_pool2d_clamp / clamp backward",
                 lambda x: scratchops.clamp(scratchops.max_pool2d_clamp(x, 3, 2, 1, -0.5, 0.5),
                                            -0.2, 0.3),

@@ -487,12 +487,12 @@ void check_groups(int64_t groups, int64_t channels, double eps) {
     SCRATCHOPS_ARG(eps >= 0.0, "eps must be non-negative");
 }
 
-// P85 in one pass: clamp(max_pool2d(group_norm(conv2d(x)) * scale, 4), min, max).
-Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
-                                         const OptTensor& conv_bias, int64_t num_groups,
-                                         const OptTensor& gn_weight, const OptTensor& gn_bias,
-                                         const OptTensor& scale, double eps, double min,
-                                         double max, int64_t version) {
+// P85 in one pass: clamp(max_pool2d(group_norm(conv2d(x)) * scale, 4), min, max); where
+// extremes and stats are given, what its backward by recomputation needs too (each window's
+// extreme of the convolution, each (sample, group)'s {mean, 1/std}: GnPoolArgs::kept_*).
+Conv gn_pool_setup(const Tensor& x, const Tensor& weight, const OptTensor& conv_bias,
+                   int64_t num_groups, const OptTensor& gn_weight, const OptTensor& gn_bias,
+                   const OptTensor& scale, double eps) {
     const int64_t one[] = {1, 1}, zero[] = {0, 0};
     const Conv c = conv_setup(x, weight, conv_bias, one, zero, one);
     check_groups(num_groups, c.cout, eps);
@@ -503,13 +503,39 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
                                 "conv2d_group_norm_pool_clamp covers fewer output channels");
     SCRATCHOPS_ARG(c.g.out_h >= kOnePassPool && c.g.out_w >= kOnePassPool,
                    "the convolution output is smaller than the pooling window");
+    return c;
+}
+template <class T>
+GnPoolArgs<T> gn_pool_args(const OptTensor& conv_bias, int64_t num_groups,
+                           const OptTensor& gn_weight, const OptTensor& gn_bias,
+                           const OptTensor& scale, double eps, double min, double max) {
+    return {data<T>(conv_bias), data<T>(gn_weight), data<T>(gn_bias), data<T>(scale),
+            i32(num_groups),    f32(eps),           f32(min),         f32(max)};
+}
+Tensor conv2d_group_norm_pool_clamp_run(const Tensor& x, const Tensor& weight,
+                                        const OptTensor& conv_bias, int64_t num_groups,
+                                        const OptTensor& gn_weight, const OptTensor& gn_bias,
+                                        const OptTensor& scale, double eps, double min,
+                                        double max, int64_t version, Tensor* extremes,
+                                        Tensor* stats) {
+    const Conv c = gn_pool_setup(x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, eps);
     check_choice(version, kConvGnPoolVersions, "version");
-    return launch_into(x, {x.size(0), c.cout, c.g.out_h / kOnePassPool, c.g.out_w / kOnePassPool},
-                       "conv2d_group_norm_pool_clamp", [&](auto e, auto* y, cudaStream_t s) {
+    const std::vector<int64_t> pooled{x.size(0), c.cout, c.g.out_h / kOnePassPool,
+                                      c.g.out_w / kOnePassPool};
+    if (extremes != nullptr) {  // (float whatever x's dtype: the kernels keep them so)
+        const auto floats = x.options().dtype(at::kFloat);
+        *extremes = at::empty(pooled, floats);
+        *stats = at::empty({x.size(0), num_groups, 2}, floats);
+    }
+    return launch_into(x, pooled, "conv2d_group_norm_pool_clamp",
+                       [&](auto e, auto* y, cudaStream_t s) {
         using T = typename decltype(e)::type;
-        const GnPoolArgs<T> a{data<T>(conv_bias), data<T>(gn_weight), data<T>(gn_bias),
-                              data<T>(scale),     i32(num_groups),    f32(eps),
-                              f32(min),           f32(max)};
+        GnPoolArgs<T> a = gn_pool_args<T>(conv_bias, num_groups, gn_weight, gn_bias, scale, eps,
+                                          min, max);
+        if (extremes != nullptr) {
+            a.kept_extremes = extremes->data_ptr<float>();
+            a.kept_stats = stats->data_ptr<float>();
+        }
         // Version 1 (the CUDA cores) and version 3's own kernel (the tensor cores, which the
         // device must have) read the weight tensor as it is; otherwise the weights are packed.
         ConvWorkspaces w;
@@ -523,6 +549,25 @@ Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
         return conv_gn_pool_launch<T>(i32(version), data<T>(x), data<T>(weight), w.packed,
                                       a, y, c.batch, c.cout, c.g, c.tf32, w.engine, ws.get(), s);
     });
+}
+Tensor conv2d_group_norm_pool_clamp_cuda(const Tensor& x, const Tensor& weight,
+                                         const OptTensor& conv_bias, int64_t num_groups,
+                                         const OptTensor& gn_weight, const OptTensor& gn_bias,
+                                         const OptTensor& scale, double eps, double min,
+                                         double max, int64_t version) {
+    return conv2d_group_norm_pool_clamp_run(x, weight, conv_bias, num_groups, gn_weight, gn_bias,
+                                            scale, eps, min, max, version, nullptr, nullptr);
+}
+// The same when a gradient is wanted: (output, the windows' extremes, the groups' statistics).
+std::tuple<Tensor, Tensor, Tensor> conv2d_group_norm_pool_clamp_keeping_cuda(
+    const Tensor& x, const Tensor& weight, const OptTensor& conv_bias, int64_t num_groups,
+    const OptTensor& gn_weight, const OptTensor& gn_bias, const OptTensor& scale, double eps,
+    double min, double max, int64_t version) {
+    Tensor extremes, stats;
+    Tensor y = conv2d_group_norm_pool_clamp_run(x, weight, conv_bias, num_groups, gn_weight,
+                                                gn_bias, scale, eps, min, max, version,
+                                                &extremes, &stats);
+    return {y, extremes, stats};
 }
 
 // ---------------------------------------------------- per-channel ops on (N, C, *) tensors
@@ -853,6 +898,47 @@ std::tuple<Tensor, Tensor, Tensor> min_add_mul_backward_kept_cuda(const Tensor& 
     return {dx, conv_bias_grad, bias_grad};
 }
 
+// P85's gradients from what conv2d_group_norm_pool_clamp_keeping kept, the convolution's
+// output computed again tile by tile (conv_gn_pool_backward.cu): (dx, dweight, dconv_bias,
+// and the group norm weight's, its bias's and the scale's gradients as rows of a (3, Cout)).
+std::tuple<Tensor, Tensor, Tensor, Tensor> conv2d_group_norm_pool_clamp_backward_kept_cuda(
+    const Tensor& grad, const Tensor& x, const Tensor& weight, const OptTensor& conv_bias,
+    int64_t num_groups, const OptTensor& gn_weight, const OptTensor& gn_bias,
+    const OptTensor& scale, const Tensor& extremes, const Tensor& stats, double min,
+    double max) {
+    const Conv c = gn_pool_setup(x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, 0.0);
+    TORCH_CHECK_NOT_IMPLEMENTED(conv_gn_pool_backward_covers(c.cout, c.g),
+                                "scratchops: P85's fused backward covers at most 8 input "
+                                "channels and 5 x 5 kernels");
+    const std::vector<int64_t> pooled{x.size(0), c.cout, c.g.out_h / kOnePassPool,
+                                      c.g.out_w / kOnePassPool};
+    check_tensor(grad, "grad", 4, 4, &x);
+    SCRATCHOPS_ARG(grad.sizes() == IntArrayRef(pooled), "grad must have the output's shape");
+    const auto kept = [&](const Tensor& t, IntArrayRef shape, const char* name) {
+        SCRATCHOPS_ARG(t.is_cuda() && t.device() == x.device() &&
+                           t.scalar_type() == at::kFloat && t.is_contiguous() &&
+                           t.sizes() == shape,
+                       name, " must be what the forward kept: float32, contiguous, its shape");
+    };
+    kept(extremes, pooled, "extremes");
+    kept(stats, {x.size(0), num_groups, 2}, "stats");
+    Tensor dx = new_output(x, x.sizes()), dweight = new_output(x, weight.sizes());
+    Tensor dconv_bias = new_output(x, {c.cout});
+    Tensor dparams = launch_into(x, {3, c.cout}, "conv2d_group_norm_pool_clamp backward",
+                                 [&](auto e, auto* dparams, cudaStream_t s) {
+        using T = typename decltype(e)::type;
+        const GnPoolArgs<T> a =
+            gn_pool_args<T>(conv_bias, num_groups, gn_weight, gn_bias, scale, 0.0, min, max);
+        const at::DataPtr ws = workspace(conv_gn_pool_backward_workspace_bytes(c.batch, c.cout, c.g));
+        return conv_gn_pool_backward_launch<T>(
+            data<T>(grad), data<T>(x), data<T>(weight), a, extremes.data_ptr<float>(),
+            stats.data_ptr<float>(), static_cast<T*>(dx.data_ptr()),
+            static_cast<T*>(dweight.data_ptr()), static_cast<T*>(dconv_bias.data_ptr()), dparams,
+            c.batch, c.cout, c.g, ws.get(), s);
+    });
+    return {dx, dweight, dconv_bias, dparams};
+}
+
 // The private backward operators with their CUDA implementations (names without the leading
 // underscore of scratchops::_<name>).
 template <class Register>
@@ -868,6 +954,8 @@ void each_backward_operator(Register&& reg) {
     reg("_clamp_backward", &clamp_backward_cuda);
     reg("_min_add_mul_backward", &min_add_mul_backward_cuda);
     reg("_min_add_mul_backward_kept", &min_add_mul_backward_kept_cuda);
+    reg("_conv2d_group_norm_pool_clamp_backward_kept",
+        &conv2d_group_norm_pool_clamp_backward_kept_cuda);
 }
 
 // The private forward operators that keep what their backward needs (scratchops/_library.py's
@@ -875,6 +963,7 @@ void each_backward_operator(Register&& reg) {
 template <class Register>
 void each_keeping_operator(Register&& reg) {
     reg("_conv2d_min_add_mul_keeping", &conv2d_min_add_mul_keeping_cuda);
+    reg("_conv2d_group_norm_pool_clamp_keeping", &conv2d_group_norm_pool_clamp_keeping_cuda);
 }
 
 // Each operator with its CUDA implementation, for both registrations below.
