@@ -46,6 +46,8 @@ namespace scratchops {
 namespace conv_gn_pool_backward {
 namespace {
 
+constexpr int kThreads = 256;  // window_gradients' block
+
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     window_gradients_kernel(const T* __restrict__ dout, const float* __restrict__ extremes,
@@ -104,6 +106,9 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+constexpr int kMostSplits = weight_splits(3);  // (the 3 x 3 instantiation's block is the larger)
+static_assert(kMostSplits >= weight_splits(kPool + 1), "room for either instantiation's sums");
+
 // The pieces of the workspace, in floats (each 16-byte aligned).
 struct Pieces {
     long long routed, coefs, params, weight, bias;
@@ -113,7 +118,8 @@ Pieces pieces(int batch, int cout, const Conv2dGeometry& g) {
     const long long windows = static_cast<long long>(g.out_h / kPool) * (g.out_w / kPool);
     return {aligned(batch * cout * windows), aligned(static_cast<long long>(batch) * cout * kCoefs),
             aligned(3LL * batch * cout),
-            aligned(2LL * kBlocks * cout * g.channels * g.kernel_h * g.kernel_w),
+            aligned(static_cast<long long>(kMostSplits) * kBlocks * cout * g.channels *
+                    g.kernel_h * g.kernel_w),
             aligned(static_cast<long long>(kBlocks) * cout)};
 }
 
@@ -126,7 +132,7 @@ cudaError_t launch_fused(const FusedArgs<T>& a, int blocks, cudaStream_t stream)
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     });
     if (err != cudaSuccess) return err;
-    fused_backward_kernel<T, kMaxK><<<blocks, kThreads, kBytes, stream>>>(a);
+    fused_backward_kernel<T, kMaxK><<<blocks, fused_threads(kMaxK), kBytes, stream>>>(a);
     return cudaGetLastError();
 }
 
@@ -171,6 +177,7 @@ cudaError_t conv_gn_pool_backward_launch(const T* dout, const T* x, const T* wei
     const int blocks = static_cast<int>(tiles < kBlocks ? tiles : kBlocks);
     const int windows = (g.out_h / kPool) * (g.out_w / kPool);
     const int taps_size = out_channels * g.channels * g.kernel_h * g.kernel_w;
+    const bool small_kernel = g.kernel_h <= 3 && g.kernel_w <= 3;  // the 3 x 3 instantiation
     cudaError_t err = cudaSuccess;
     if (batch > 0) {
         window_gradients_kernel<T><<<batch * args.groups, kThreads, 0, stream>>>(
@@ -182,15 +189,16 @@ cudaError_t conv_gn_pool_backward_launch(const T* dout, const T* x, const T* wei
                              out_channels, g.height,   g.width,        g.kernel_h, g.kernel_w,
                              g.out_h,    g.out_w,      g.out_h / kPool, g.out_w / kPool,
                              bands,      col_blocks,   static_cast<int>(tiles)};
-        err = g.kernel_h <= 3 && g.kernel_w <= 3 ? launch_fused<T, 3>(a, blocks, stream)
-                                                 : launch_fused<T, kPool + 1>(a, blocks, stream);
+        err = small_kernel ? launch_fused<T, 3>(a, blocks, stream)
+                           : launch_fused<T, kPool + 1>(a, blocks, stream);
         if (err != cudaSuccess) return err;
     }
     // The ordered sums (an empty batch: zeros).
     err = batch_sum_launch<float, T>(params, nullptr, dparams, batch, 3 * out_channels, stream);
     if (err != cudaSuccess) return err;
-    err = batch_sum_launch<float, T>(weight_partials, nullptr, dweight, 2 * blocks, taps_size,
-                                     stream);
+    err = batch_sum_launch<float, T>(weight_partials, nullptr, dweight,
+                                     blocks * weight_splits(small_kernel ? 3 : kPool + 1),
+                                     taps_size, stream);
     if (err != cudaSuccess || dconv_bias == nullptr) return err;
     return batch_sum_launch<float, T>(bias_partials, nullptr, dconv_bias, blocks, out_channels,
                                       stream);

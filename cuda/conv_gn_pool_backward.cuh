@@ -27,9 +27,9 @@
 //   w       [ci][tap][c], the weights once per block (plane stride = 4 mod 32 likewise);
 //   routed  [c][window of the region] the gradient each window routes, from the first kernel;
 //   coefs   [c][kCoefs] the (sample, channel) constants of the first kernel.
-// Threads: 256, one block an SM (about 170-200 KB of shared memory), a persistent grid whose
-// block b takes tiles b, b + grid, ... and keeps its weight and bias gradient sums in
-// registers until its last tile.
+// Threads: fused_threads below, one block an SM (about 170-200 KB of shared memory), a
+// persistent grid whose block b takes tiles b, b + grid, ... and keeps its weight and bias
+// gradient sums in registers until its last tile.
 #pragma once
 
 #include "common.cuh"
@@ -38,7 +38,6 @@ namespace scratchops {
 namespace conv_gn_pool_backward {
 
 constexpr int kPool = 4;                                   // P85's pooling window and stride
-constexpr int kThreads = 256;
 constexpr int kMaxChannels = 64, kMaxInputChannels = 8;    // what the fused kernel covers
 constexpr int kOwnRows = 8, kOwnCols = 32;                 // a tile of input pixels
 constexpr int kRegionRows = kOwnRows + kPool, kRegionCols = kOwnCols + kPool;
@@ -53,6 +52,13 @@ enum Coef { kMean, kRstd, kGamma, kBeta, kScale, kDs, kOne, kXhat, kCoefs };
 // The grid: a fixed number of blocks (not the GPU's multiprocessors), so that the weight
 // gradient's partial sums, and so its bits, depend on the shape alone.
 constexpr int kBlocks = 256;
+// The fused kernel's threads: 512 (16 warps, 128 registers a thread) for kernels up to 3 x 3;
+// 256 for those up to 5 x 5, whose weight-gradient sums (4 channels x 25 taps a thread) need
+// more registers. One block fits an SM either way (its shared memory), so the block's warps
+// are all the SM has to hide latency with (ncu: shared-memory loads stalled 8 warps most).
+__host__ __device__ constexpr int fused_threads(int max_k) { return max_k <= 3 ? 512 : 256; }
+// The weight gradient's row splits (add_weight_grad): a block's partial sums per split.
+__host__ __device__ constexpr int weight_splits(int max_k) { return fused_threads(max_k) / 128; }
 
 __host__ __device__ constexpr int round_to_bank4(int floats) { return (floats + 31) / 32 * 32 + 4; }
 template <int kMaxK>
@@ -75,7 +81,7 @@ struct FusedArgs {
     const float* coefs;  // [n][c][kCoefs]
     const float* routed; // [n][c][pool_h][pool_w]
     T* dx;               // (N, Cin, H, W)
-    float* weight_partials;  // [block][2][Cout][Cin][kh][kw]
+    float* weight_partials;  // [block][split][Cout][Cin][kh][kw]
     float* bias_partials;    // [block][Cout]
     int cin, cout, height, width, kh, kw, out_h, out_w, pool_h, pool_w;
     int bands, col_blocks, tiles;  // tiles = N * bands * col_blocks
@@ -111,14 +117,14 @@ struct TileView {
 template <class T, int kMaxK>
 __device__ void load_weights(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     constexpr int kTaps = kMaxK * kMaxK;
-    for (int i = threadIdx.x; i < kMaxInputChannels * kTaps * kMaxChannels; i += kThreads) {
+    for (int i = threadIdx.x; i < kMaxInputChannels * kTaps * kMaxChannels; i += blockDim.x) {
         const int c = i % kMaxChannels, tap = i / kMaxChannels % kTaps;
         const int ci = i / (kMaxChannels * kTaps), r = tap / kMaxK, s = tap % kMaxK;
         const bool real = c < a.cout && ci < a.cin && r < a.kh && s < a.kw;
         v.ws[ci * Smem<kMaxK>::kWPlane + tap * kMaxChannels + c] =
             real ? to_float(a.weight[((c * a.cin + ci) * a.kh + r) * a.kw + s]) : 0.0f;
     }
-    for (int c = threadIdx.x; c < kMaxChannels; c += kThreads)
+    for (int c = threadIdx.x; c < kMaxChannels; c += blockDim.x)
         v.bias[c] = value_or(a.conv_bias, c, c < a.cout, 0.0f);
 }
 
@@ -127,7 +133,7 @@ __device__ void load_weights(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
 template <class T, int kMaxK>
 __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     using S = Smem<kMaxK>;
-    for (int i = threadIdx.x; i < a.cin * S::kXRows * S::kXCols; i += kThreads) {
+    for (int i = threadIdx.x; i < a.cin * S::kXRows * S::kXCols; i += blockDim.x) {
         const int ci = i / (S::kXRows * S::kXCols), rc = i % (S::kXRows * S::kXCols);
         const int row = v.region_r + rc / S::kXCols, col = v.region_c + rc % S::kXCols;
         const bool inside = row >= 0 && row < a.height && col >= 0 && col < a.width;
@@ -136,7 +142,7 @@ __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
                                                 a.width + col])
                    : 0.0f;
     }
-    for (int i = threadIdx.x; i < kMaxChannels * kRegionWindows; i += kThreads) {
+    for (int i = threadIdx.x; i < kMaxChannels * kRegionWindows; i += blockDim.x) {
         const int c = i / kRegionWindows, w = i % kRegionWindows;
         const int wr = v.r0 / kPool - 1 + w / kRegionWindowCols;
         const int wc = v.c0 / kPool - 1 + w % kRegionWindowCols;
@@ -145,20 +151,20 @@ __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
                                        wr) * a.pool_w + wc]
                            : 0.0f;
     }
-    for (int i = threadIdx.x; i < kMaxChannels * kCoefs; i += kThreads)
+    for (int i = threadIdx.x; i < kMaxChannels * kCoefs; i += blockDim.x)
         v.coef[i] = i / kCoefs < a.cout
                         ? a.coefs[static_cast<long long>(v.n) * a.cout * kCoefs + i]
                         : 0.0f;
 }
 
 // (1) y over the region: a task is 4 channels x 9 neighbouring columns of one region row
-// (16 quads x 4 runs x 12 rows = 768 tasks, 3 a thread; a warp's lanes: 16 channel quads x 2
-// runs). y = bias + the sum over (ci, i, j) of w * x, added in that order with one rounding a
-// product (fmaf), as conv_gn_pool v1 adds them.
+// (16 quads x 4 runs x 12 rows = 768 tasks; lanes: 16 quads x 2 runs; 2 channels a task read
+// twice the shared memory a product, the kernel's limit). y = bias + the sum over (ci, i, j) of
+// w * x, added in that order with one rounding a product (fmaf), as conv_gn_pool v1 adds them.
 template <class T, int kMaxK>
 __device__ void compute_y(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     using S = Smem<kMaxK>;
-    for (int task = threadIdx.x; task < kQuads * 4 * kRegionRows; task += kThreads) {
+    for (int task = threadIdx.x; task < kQuads * 4 * kRegionRows; task += blockDim.x) {
         const int quad = task % kQuads, run = task / kQuads % 4, row = task / (4 * kQuads);
         float acc[4][9];
 #pragma unroll
@@ -206,7 +212,7 @@ __device__ void compute_y(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
 // conv bias's gradient.
 template <class T, int kMaxK>
 __device__ void form_dy(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
-    for (int task = threadIdx.x; task < kMaxChannels * kRegionWindows; task += kThreads) {
+    for (int task = threadIdx.x; task < kMaxChannels * kRegionWindows; task += blockDim.x) {
         const int c = task % kMaxChannels, w = task / kMaxChannels;
         const int wr = w / kRegionWindowCols, wc = w % kRegionWindowCols;
         const float* k = v.coef + c * kCoefs;
@@ -248,19 +254,20 @@ __device__ void form_dy(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     }
 }
 
-// (3) The weight gradient: thread (quad, ci, half) adds dy[4 quad + q][p] * x[ci][p + tap]
-// over the owned positions p of its half of the rows, 8 columns at a time (a warp's lanes:
-// 16 quads x 2 input channels).
+// (3) The weight gradient: thread (quad, ci, split) adds dy[4 quad + q][p] * x[ci][p + tap]
+// over the owned positions p of its split of the rows (weight_splits of them), 8 columns at a
+// time (a warp's lanes: 16 quads x 2 input channels).
 template <class T, int kMaxK>
 __device__ void add_weight_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v,
                                 float (&dw)[4][kMaxK * kMaxK]) {
     using S = Smem<kMaxK>;
+    constexpr int kRowsEach = kOwnRows / weight_splits(kMaxK);
     const int quad = threadIdx.x % kQuads, ci = threadIdx.x / kQuads % kMaxInputChannels;
-    const int half = threadIdx.x / 128;
+    const int split = threadIdx.x / 128;
     if (ci >= a.cin) return;
-    for (int rr = 0; rr < kOwnRows / 2; ++rr) {
-        const int row = kPool + (kOwnRows / 2) * half + rr;  // region row
-#pragma unroll 1
+    for (int rr = 0; rr < kRowsEach; ++rr) {
+        const int row = kPool + kRowsEach * split + rr;  // region row
+#pragma unroll 2
         for (int run = 0; run < kOwnCols / 8; ++run) {
             float4 d[8];
 #pragma unroll
@@ -289,34 +296,35 @@ __device__ void add_weight_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v,
     }
 }
 
-// (4) The input gradient: dx[ci][r0 + row][c0 + 8 oct + m] = the sum over (c, i, j) of
-// dy[kPool + row - i][kPool + 8 oct + m - j][c] * w[c][ci][i][j] (region coordinates). A warp's
-// lanes: 4 rows x 8 input channels (the 4 rows' dy fall in different banks).
+// (4) The input gradient: dx[ci][r0 + row][c0 + col + m] = the sum over (c, i, j) of
+// dy[kPool + row - i][kPool + col + m - j][c] * w[c][ci][i][j] (region coordinates), kPixels
+// neighbouring columns a thread. A warp's lanes: 4 rows x 8 input channels (the 4 rows' dy
+// fall in different banks); its warp index picks the row group and the columns.
 template <class T, int kMaxK>
 __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
-    const int ci = threadIdx.x % kMaxInputChannels;
-    const int row = threadIdx.x / 64 % 2 * 4 + threadIdx.x / 8 % 4;
-    const int oct = threadIdx.x / 128 * 2 + threadIdx.x / 32 % 2;
+    constexpr int kPixels = kOwnRows * kOwnCols * kMaxInputChannels / fused_threads(kMaxK);
+    const int ci = threadIdx.x % kMaxInputChannels, warp = threadIdx.x / 32;
+    const int row = warp % 2 * 4 + threadIdx.x / 8 % 4, col = warp / 2 * kPixels;
     if (ci >= a.cin) return;
-    float acc[8];
+    float acc[kPixels];
 #pragma unroll
-    for (int m = 0; m < 8; ++m) acc[m] = 0.0f;
-#pragma unroll 1
+    for (int m = 0; m < kPixels; ++m) acc[m] = 0.0f;
+#pragma unroll 2
     for (int quad = 0; quad < kQuads; ++quad) {
 #pragma unroll
         for (int i = 0; i < kMaxK; ++i) {
             if (i >= a.kh) break;
-            float4 d[8 + kMaxK - 1];  // d[m]: dy at region column kPool + 8 oct - (kMaxK - 1) + m
-            const float* src = v.at(row + kPool - i, 8 * oct + kPool - (kMaxK - 1));
+            float4 d[kPixels + kMaxK - 1];  // d[m]: dy at region column kPool + col - (kMaxK - 1) + m
+            const float* src = v.at(row + kPool - i, col + kPool - (kMaxK - 1));
 #pragma unroll
-            for (int m = 0; m < 8 + kMaxK - 1; ++m)
+            for (int m = 0; m < kPixels + kMaxK - 1; ++m)
                 d[m] = reinterpret_cast<const float4*>(src + m * kVec)[quad];
 #pragma unroll
             for (int j = 0; j < kMaxK; ++j) {
                 if (j >= a.kw) break;
                 const float4 w = v.weights(ci, i * kMaxK + j, quad);
 #pragma unroll
-                for (int m = 0; m < 8; ++m) {
+                for (int m = 0; m < kPixels; ++m) {
                     const float4 g = d[m + kMaxK - 1 - j];
                     acc[m] = fmaf(g.x, w.x, acc[m]);
                     acc[m] = fmaf(g.y, w.y, acc[m]);
@@ -330,12 +338,12 @@ __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     if (out_row >= a.height) return;
     T* out = a.dx + v.image + (static_cast<long long>(ci) * a.height + out_row) * a.width;
 #pragma unroll
-    for (int m = 0; m < 8; ++m)
-        if (v.c0 + 8 * oct + m < a.width) out[v.c0 + 8 * oct + m] = from_float<T>(acc[m]);
+    for (int m = 0; m < kPixels; ++m)
+        if (v.c0 + col + m < a.width) out[v.c0 + col + m] = from_float<T>(acc[m]);
 }
 
 template <class T, int kMaxK>
-__global__ void __launch_bounds__(kThreads, 1) fused_backward_kernel(FusedArgs<T> a) {
+__global__ void __launch_bounds__(fused_threads(kMaxK), 1) fused_backward_kernel(FusedArgs<T> a) {
     extern __shared__ __align__(16) float smem[];
     TileView<kMaxK> v(smem);
     load_weights(a, v);
@@ -372,8 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1) fused_backward_kernel(FusedArgs<T
     // The block's partial sums, for the ordered sum over blocks (batch_sum_launch).
     const int quad = threadIdx.x % kQuads, ci = threadIdx.x / kQuads % kMaxInputChannels;
     if (ci < a.cin) {
-        float* out = a.weight_partials + (static_cast<long long>(blockIdx.x) * 2 +
-                                          threadIdx.x / 128) * a.cout * a.cin * a.kh * a.kw;
+        float* out = a.weight_partials +
+                     (static_cast<long long>(blockIdx.x) * weight_splits(kMaxK) + threadIdx.x / 128) *
+                         a.cout * a.cin * a.kh * a.kw;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int c = 4 * quad + q;

@@ -392,6 +392,18 @@ def test_half_bounds_round_as_torch(dtype):
         assert got.flatten().tolist() == expected.flatten().tolist() == [1, 1, 1, 0, 0]
 
 
+@pytest.mark.parametrize("algorithm", ["im2col_gemm", "implicit_gemm"])
+def test_an_empty_batch_gives_zero_weight_and_bias_gradients(algorithm):
+    # As torch's: the weight and bias gradients sum over no images.
+    skip_unless_runnable("cuda", operator="conv2d_min_add_mul" if algorithm == "implicit_gemm"
+                         else None)
+    x, w, b = (t.requires_grad_() for t in (rand(0, 3, 7, 6), rand(5, 3, 3, 2), rand(5)))
+    y = scratchops.conv2d(x, w, b, padding=1, algorithm=algorithm)
+    dx, dw, db = torch.autograd.grad(y, (x, w, b), torch.ones_like(y))
+    assert dx.shape == x.shape and y.shape == (0, 5, 7, 7)
+    assert torch.equal(dw, torch.zeros_like(w)) and torch.equal(db, torch.zeros_like(b))
+
+
 def test_min_tie_splits_the_gradient_as_torch_minimum():
     skip_unless_runnable("cuda")
     x = torch.tensor([0.25, 0.5, 0.75, float("nan")], device="cuda").view(1, 4, 1, 1)

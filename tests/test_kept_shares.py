@@ -119,10 +119,6 @@ def test_some_gradients_without_a_conv_bias(wanted):
         assert torch.equal(a, b)
 
 
-@pytest.mark.xfail(raises=ValueError, strict=True,
-                   reason="the convolutions' weight gradient (binding.cpp, conv2d_weight_grad_cuda) "
-                          "refuses an empty batch ('input has a zero-size dimension') where "
-                          "torch's is zeros; conv2d's backward shares it")
 def test_an_empty_batch_keeps_nothing_and_gets_zero_bias_gradients():
     skip_unless_runnable("cuda", operator="conv2d_min_add_mul")
     x, w, cb, b = (rand(0, 3, 6, 5), rand(4, 3, 3, 3), rand(4), rand(4))

@@ -743,7 +743,7 @@ Tensor conv2d_input_grad_cuda(const Tensor& grad, const Tensor& weight, IntArray
 Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef weight_size,
                                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                int64_t workspace_bytes, int64_t gemm_version) {
-    check_tensor(x, "input", 4, 4, nullptr, kAll);
+    check_tensor(x, "input", 4, 4, nullptr, kAllButBatch);
     check_tensor(grad, "grad", 4, 4, &x);
     SCRATCHOPS_ARG(weight_size.size() == 4 && weight_size[1] == x.size(1) &&
                        weight_size[0] >= 1 && weight_size[0] <= kMaxElements,
@@ -755,6 +755,9 @@ Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef 
     return launch_into(x, weight_size, "conv2d weight gradient",
                        [&](auto e, auto* dw, cudaStream_t s) {
         using T = typename decltype(e)::type;
+        if (x.size(0) == 0)  // an empty batch: dW = 0, the sum over no images
+            return batch_sum_launch<T, T>(nullptr, nullptr, dw, 0,
+                                          i32(c10::multiply_integers(weight_size)), s);
         const long long elements = conv2d_grad_workspace_elements<T>(
             true, i32(x.size(0)), i32(weight_size[0]), g, i32(gemm_version), workspace_bytes);
         const at::DataPtr ws = workspace(elements * static_cast<long long>(sizeof(T)));
