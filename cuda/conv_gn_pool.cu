@@ -65,10 +65,12 @@ cudaError_t launch_v3(const T* x, const T* weight, const tc::PackedB& layout,
 }  // namespace conv_gn_pool
 
 long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
-                                       int groups) {
+                                       int groups, bool extremes_kept) {
     using namespace conv_gn_pool;
     const long long extremes =
-        static_cast<long long>(batch) * out_channels * (g.out_h / kPool) * (g.out_w / kPool);
+        extremes_kept ? 0
+                      : static_cast<long long>(batch) * out_channels * (g.out_h / kPool) *
+                            (g.out_w / kPool);
     return 4 * (stats_floats(batch, g, groups) + extremes);
 }
 

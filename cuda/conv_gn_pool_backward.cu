@@ -11,7 +11,8 @@
 //          routes to the one output its maximum comes from; ds = r_w there, 0 elsewhere;
 //   dscale_c = sum of r_w z_w;  dbeta_c = sum of r_w scale_c;  dgamma_c = sum of r_w scale_c xhat_w
 //   (sums over the windows only: ds is zero elsewhere, and z_w, xhat_w are those of the
-//   window's maximum, i.e. of its kept extreme);
+//   window's maximum, taken from its kept extreme: the forward's value of it, which the
+//   recomputed y of the element the gradient goes to equals to within rounding);
 //   group norm's backward, with g = ds * scale_c * gamma_c the gradient of xhat:
 //   dy = rstd (g - mean(g) - xhat mean(g xhat))  (means over the group's M outputs)
 //      = k_ds ds - k1 - xhat k2,   k_ds = rstd gamma_c scale_c,  k1 = rstd mean(g),
@@ -36,7 +37,8 @@
 // Traffic and work at KernelBench's size (batch 128, 8 -> 64 channels, 128 x 128, 3 x 3),
 // fp32: x read once by the fused kernel (67 MB, plus its region's overlap: 12 x 36 + halo of
 // 8 x 32 owned), dx written once (67 MB), dout and the extremes read and the routed gradients
-// written and read once (4 x 31.5 MB); about 0.23 GB. Products: y again on the regions
+// written (3 x 31.5 MB) and read for each region (27 windows for 16 owned: 1.7 x 31.5 MB);
+// about 0.26 GB. Products: y again on the regions
 // (1.69 x 18.7 GFLOP: the regions overlap by whole windows), the weight gradient and the
 // input gradient (18.7 GFLOP each): 69 GFLOP of fp32 fused multiply-adds.
 #include "conv_gn_pool_backward.cuh"
@@ -108,6 +110,14 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kMostSplits = weight_splits(3);  // (the 3 x 3 instantiation's block is the larger)
 static_assert(kMostSplits >= weight_splits(kPool + 1), "room for either instantiation's sums");
+// The thread layouts of conv_gn_pool_backward.cuh: add_weight_grad's splits of 128 threads
+// share the owned rows evenly, input_grad's threads share the tile's pixels evenly.
+static_assert(kOwnRows % kMostSplits == 0 && kOwnRows % weight_splits(kPool + 1) == 0 &&
+                  fused_threads(3) % 128 == 0 && fused_threads(kPool + 1) % 128 == 0,
+              "add_weight_grad's splits");
+static_assert(kOwnRows * kOwnCols * kMaxInputChannels % fused_threads(3) == 0 &&
+                  kOwnRows * kOwnCols * kMaxInputChannels % fused_threads(kPool + 1) == 0,
+              "input_grad's pixels a thread");
 
 // The pieces of the workspace, in floats (each 16-byte aligned).
 struct Pieces {
@@ -139,12 +149,21 @@ cudaError_t launch_fused(const FusedArgs<T>& a, int blocks, cudaStream_t stream)
 }  // namespace
 }  // namespace conv_gn_pool_backward
 
-bool conv_gn_pool_backward_covers(int out_channels, const Conv2dGeometry& g) {
+bool conv_gn_pool_backward_covers(int out_channels, const Conv2dGeometry& g, int device) {
     using namespace conv_gn_pool_backward;
-    return out_channels <= kMaxChannels && g.channels <= kMaxInputChannels &&
-           g.kernel_h <= kPool + 1 && g.kernel_w <= kPool + 1 && g.stride_h == 1 &&
-           g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0 && g.dil_h == 1 && g.dil_w == 1 &&
-           g.out_h >= kPool && g.out_w >= kPool;
+    const bool shape = out_channels <= kMaxChannels && g.channels <= kMaxInputChannels &&
+                       g.kernel_h <= kPool + 1 && g.kernel_w <= kPool + 1 && g.stride_h == 1 &&
+                       g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0 && g.dil_h == 1 &&
+                       g.dil_w == 1 && g.out_h >= kPool && g.out_w >= kPool;
+    // The block's shared memory: 170 KB (3 x 3) or 206 KB (5 x 5), which an H100 or H200
+    // lends a block and an A100 (163 KB) or an sm_86 / sm_89 GPU (99 KB) does not.
+    const int bytes = 4 * (g.kernel_h <= 3 && g.kernel_w <= 3 ? Smem<3>::kFloats
+                                                               : Smem<kPool + 1>::kFloats);
+    int lent = 0;
+    return shape &&
+           cudaDeviceGetAttribute(&lent, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+               cudaSuccess &&
+           bytes <= lent;
 }
 
 long long conv_gn_pool_backward_workspace_bytes(int batch, int out_channels,
@@ -161,7 +180,7 @@ cudaError_t conv_gn_pool_backward_launch(const T* dout, const T* x, const T* wei
                                          const Conv2dGeometry& g, void* workspace,
                                          cudaStream_t stream) {
     using namespace conv_gn_pool_backward;
-    if (!conv_gn_pool_backward_covers(out_channels, g) || args.groups <= 0 ||
+    if (!conv_gn_pool_backward_covers(out_channels, g, current_device()) || args.groups <= 0 ||
         out_channels % args.groups != 0)
         return cudaErrorInvalidValue;
     const Pieces p = pieces(batch, out_channels, g);

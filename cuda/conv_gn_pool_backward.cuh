@@ -27,7 +27,7 @@
 //   w       [ci][tap][c], the weights once per block (plane stride = 4 mod 32 likewise);
 //   routed  [c][window of the region] the gradient each window routes, from the first kernel;
 //   coefs   [c][kCoefs] the (sample, channel) constants of the first kernel.
-// Threads: fused_threads below, one block an SM (about 170-200 KB of shared memory), a
+// Threads: fused_threads below, one block an SM (170 or 206 KB of shared memory), a
 // persistent grid whose block b takes tiles b, b + grid, ... and keeps its weight and bias
 // gradient sums in registers until its last tile.
 #pragma once

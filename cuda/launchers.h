@@ -214,7 +214,7 @@ inline bool conv2d_uses_tf32(const Conv2dGeometry& g) {
 // the weights are packed as for conv2d_implicit_launch (conv2d_implicit_pack). Covers
 // out_channels <= 64 (divisible by groups), out_h and out_w >= 4; returns
 // cudaErrorInvalidValue otherwise. workspace:
-// conv_gn_pool_workspace_bytes (statistics and window extremes), 16-byte aligned.
+// conv_gn_pool_workspace_bytes (statistics, and window extremes unless kept), 16-byte aligned.
 template <class T = float>
 struct GnPoolArgs {
     const T* conv_bias;  // (Cout) or nullptr
@@ -230,7 +230,7 @@ struct GnPoolArgs {
     float* kept_stats = nullptr;
 };
 long long conv_gn_pool_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
-                                       int groups);
+                                       int groups, bool extremes_kept);
 // version: 1 = a direct convolution on the CUDA cores (any GPU; reads `weight`, the
 // (Cout, Cin, kh, kw) tensor), 2 = the implicit GEMM on `engine` with statistics and extremes
 // in its epilogue, 3 = a kernel of its own where it covers the call (the wgmma engine,

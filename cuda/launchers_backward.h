@@ -109,9 +109,10 @@ cudaError_t clamp_backward_launch(const T* dy, const T* x, T* dx, int n, float l
 // forward kept (GnPoolArgs::kept_extremes, kept_stats): dx; dweight; dconv_bias (nullptr:
 // not wanted); dparams (3 x Cout: group norm's weight, its bias, the scale), computing the
 // convolution's output again tile by tile instead of reading it. Covers what
-// conv_gn_pool_backward_covers says (cudaErrorInvalidValue otherwise); batch may be 0 (the
+// conv_gn_pool_backward_covers says for the current device (the shape, and the fused block's
+// shared memory on that GPU; cudaErrorInvalidValue otherwise); batch may be 0 (the
 // parameters' gradients are then zeros). workspace: conv_gn_pool_backward_workspace_bytes.
-bool conv_gn_pool_backward_covers(int out_channels, const Conv2dGeometry& g);
+bool conv_gn_pool_backward_covers(int out_channels, const Conv2dGeometry& g, int device);
 long long conv_gn_pool_backward_workspace_bytes(int batch, int out_channels,
                                                 const Conv2dGeometry& g);
 template <class T>

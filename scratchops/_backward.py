@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import torch
 
+from . import _build
 from ._validate import ONE_PASS_POOL
 from .versions import (CONV2D_ALGORITHMS, CONV_GN_POOL_CUDA_CORE_VERSION,
                        DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_GROUP_NORM_VERSION,
@@ -206,17 +207,25 @@ def _conv2d_min_add_mul_grads(ctx, grad, x, weight, conv_bias, bias, min_rule):
 
 
 # --------------------------------------------------- P85: conv2d_group_norm_pool_clamp
-def setup_conv2d_group_norm_pool_clamp(ctx, inputs, output):
+def _gn_pool_args(ctx, inputs):
+    """Keeps the scalar arguments; returns the six tensors, x to scale."""
     (x, weight, conv_bias, ctx.num_groups, gn_weight, gn_bias, scale, ctx.eps, ctx.min, ctx.max,
      version) = inputs
     # Version 1 runs on the CUDA cores of any GPU: so does its recomputed convolution.
     ctx.algorithm = CONV2D_ALGORITHMS[
         "im2col_gemm" if version == CONV_GN_POOL_CUDA_CORE_VERSION else "implicit_gemm"]
-    ctx.save_for_backward(x, weight, conv_bias, gn_weight, gn_bias, scale)
+    return x, weight, conv_bias, gn_weight, gn_bias, scale
+
+
+def setup_conv2d_group_norm_pool_clamp(ctx, inputs, output):
+    ctx.save_for_backward(*_gn_pool_args(ctx, inputs))
 
 
 def backward_conv2d_group_norm_pool_clamp(ctx, grad):
-    x, weight, conv_bias, gn_weight, gn_bias, scale = ctx.saved_tensors
+    return _gn_pool_grads_recomputed(ctx, grad, *ctx.saved_tensors)
+
+
+def _gn_pool_grads_recomputed(ctx, grad, x, weight, conv_bias, gn_weight, gn_bias, scale):
     needs = ctx.needs_input_grad
     one, zero, window = [1, 1], [0, 0], [ONE_PASS_POOL, ONE_PASS_POOL]
     # The parts' outputs again: the convolution, then group norm with its scale.
@@ -237,21 +246,32 @@ def backward_conv2d_group_norm_pool_clamp(ctx, grad):
 
 
 # P85's keeping form (what scratchops.conv2d_group_norm_pool_clamp runs when a gradient is
-# wanted and the fused backward covers the call): its backward computes the convolution again
-# tile by tile from the kept extremes and statistics, in one fused kernel
-# (cuda/conv_gn_pool_backward.cu).
+# wanted and the fused backward covers the call's shape): its backward computes the
+# convolution again tile by tile from the kept extremes and statistics, in one fused kernel
+# (cuda/conv_gn_pool_backward.cu), on a GPU that lends its block the shared memory; on others
+# (sm_80-89) through the parts, as the public operator's.
 def setup__conv2d_group_norm_pool_clamp_keeping(ctx, inputs, output):
-    (x, weight, conv_bias, ctx.num_groups, gn_weight, gn_bias, scale, _, ctx.min, ctx.max,
-     _) = inputs
     ctx.mark_non_differentiable(output[1], output[2])
     ctx.set_materialize_grads(False)  # (no zeros made for the kept tensors' gradients)
-    ctx.save_for_backward(x, weight, conv_bias, gn_weight, gn_bias, scale, output[1], output[2])
+    ctx.save_for_backward(*_gn_pool_args(ctx, inputs), output[1], output[2])
+
+
+def _fused_backward_runs(x, weight) -> bool:
+    """Whether the fused kernel runs this call on x's GPU (binding.cpp's question, which asks
+    the GPU its shared memory). Off the GPU (meta tensors) the fakes stand for it."""
+    if x.device.type != "cuda":
+        return True
+    cout, cin, kh, kw = (int(n) for n in weight.shape)
+    return _build.direct_calls().conv_gn_pool_backward_runs(cin, cout, kh, kw, x.device.index)
 
 
 def backward__conv2d_group_norm_pool_clamp_keeping(ctx, grad, _extremes_grad, _stats_grad):
-    x, weight, conv_bias, gn_weight, gn_bias, scale, extremes, stats = ctx.saved_tensors
+    *tensors, extremes, stats = ctx.saved_tensors
+    x, weight, conv_bias, gn_weight, gn_bias, scale = tensors
     if grad is None:
         return (None,) * 11
+    if not _fused_backward_runs(x, weight):
+        return _gn_pool_grads_recomputed(ctx, grad, *tensors)
     needs = ctx.needs_input_grad
     dx, dw, dcb, dparams = OPS._conv2d_group_norm_pool_clamp_backward_kept(
         _contiguous(grad), x, weight, conv_bias, ctx.num_groups, gn_weight, gn_bias, scale,

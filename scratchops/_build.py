@@ -154,7 +154,8 @@ def _load():
 
 def direct_calls():
     """The extension's Python module, one function per public operator that calls it
-    through the C++ dispatcher below autograd (binding.cpp), building it on first use."""
+    through the C++ dispatcher below autograd (binding.cpp), and the question P85's backward
+    asks (conv_gn_pool_backward_runs), building it on first use."""
     ops()
     return _module
 

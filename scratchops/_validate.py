@@ -170,7 +170,9 @@ FUSED_BACKWARD_MAX_KERNEL = ONE_PASS_POOL + 1
 
 
 def fused_backward_covers(weight) -> bool:
-    """Whether P85's fused backward covers a call with this (Cout, Cin, kh, kw) weight."""
+    """Whether P85's fused backward covers a call with this (Cout, Cin, kh, kw) weight's shape
+    (the forward keeps for it then; whether the GPU lends its block the shared memory, the
+    backward asks: _backward._fused_backward_runs)."""
     return (weight.shape[1] <= FUSED_BACKWARD_MAX_INPUT_CHANNELS
             and max(weight.shape[2:]) <= FUSED_BACKWARD_MAX_KERNEL)
 

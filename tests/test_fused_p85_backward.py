@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import scratchops
-from helpers import rand, skip_unless_runnable
+from helpers import HOPPER, rand, skip_unless_runnable
 from test_autograd import check_against_torch, gradients, requiring_grad, torch_conv_gn_pool_clamp
 
 OPS = torch.ops.scratchops
@@ -114,6 +114,30 @@ def test_calls_the_fused_backward_does_not_cover_recompute(x_shape, w_shape):
     args = requiring_grad(_args(x_shape, w_shape, 2))
     assert "keeping" not in type(_ours(2)(*args).grad_fn).__name__
     check_against_torch(_ours(2), _torch(2), args)
+
+
+def test_the_fused_kernel_runs_where_the_gpu_lends_its_shared_memory():
+    # 170 KB (3 x 3) or 206 KB (5 x 5) a block: an H100 or H200 lends it, an A100 or an sm_86 /
+    # sm_89 GPU does not; the shape's rule holds everywhere.
+    skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
+    x = rand(1, 8, 12, 12)
+    for w_shape, covered in (((64, 8, 3, 3), HOPPER), ((64, 8, 5, 5), HOPPER),
+                             ((4, 9, 3, 3), False), ((4, 2, 7, 7), False)):
+        assert scratchops._backward._fused_backward_runs(x, rand(*w_shape)) == covered, w_shape
+
+
+def test_where_the_fused_kernel_does_not_run_the_kept_backward_recomputes(monkeypatch):
+    # As on an sm_80-89 GPU: the keeping form's backward goes through the parts.
+    skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
+    calls = []
+    recomputed = scratchops._backward._gn_pool_grads_recomputed
+    monkeypatch.setattr(scratchops._backward, "_fused_backward_runs", lambda x, w: False)
+    monkeypatch.setattr(scratchops._backward, "_gn_pool_grads_recomputed",
+                        lambda *args: calls.append(1) or recomputed(*args))
+    args = requiring_grad(_args((2, 3, 14, 15), (8, 3, 3, 3), 4))
+    assert "keeping" in type(_ours(4)(*args).grad_fn).__name__
+    check_against_torch(_ours(4), _torch(4), args)
+    assert calls
 
 
 def test_an_empty_batch_gets_zero_parameter_gradients():

@@ -545,7 +545,8 @@ Tensor conv2d_group_norm_pool_clamp_run(const Tensor& x, const Tensor& weight,
                 w = packed_weights<T>(weight, c, w.engine);
         }
         const at::DataPtr ws =
-            workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups));
+            workspace(conv_gn_pool_workspace_bytes(c.batch, c.cout, c.g, a.groups,
+                                                   extremes != nullptr));
         return conv_gn_pool_launch<T>(i32(version), data<T>(x), data<T>(weight), w.packed,
                                       a, y, c.batch, c.cout, c.g, c.tf32, w.engine, ws.get(), s);
     });
@@ -910,9 +911,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> conv2d_group_norm_pool_clamp_backward
     const OptTensor& scale, const Tensor& extremes, const Tensor& stats, double min,
     double max) {
     const Conv c = gn_pool_setup(x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, 0.0);
-    TORCH_CHECK_NOT_IMPLEMENTED(conv_gn_pool_backward_covers(c.cout, c.g),
+    TORCH_CHECK_NOT_IMPLEMENTED(conv_gn_pool_backward_covers(c.cout, c.g, x.device().index()),
                                 "scratchops: P85's fused backward covers at most 8 input "
-                                "channels and 5 x 5 kernels");
+                                "channels, 5 x 5 kernels and GPUs that lend a block 206 KB of "
+                                "shared memory (sm_90)");
     const std::vector<int64_t> pooled{x.size(0), c.cout, c.g.out_h / kOnePassPool,
                                       c.g.out_w / kOnePassPool};
     check_tensor(grad, "grad", 4, 4, &x);
@@ -1085,10 +1087,25 @@ struct type_caster<scratchops::IntList> {
 };
 }  // namespace pybind11::detail
 
+namespace scratchops {
+// Whether P85's fused backward runs a call with this weight shape on GPU `device`
+// (conv_gn_pool_backward_covers: the shape, and the shared memory that GPU lends a block):
+// the question scratchops/_backward.py asks before it runs the fused kernel.
+bool conv_gn_pool_backward_runs(int64_t in_channels, int64_t out_channels, int64_t kernel_h,
+                                int64_t kernel_w, int64_t device) {
+    const int64_t one[] = {1, 1}, zero[] = {0, 0}, kernel[] = {kernel_h, kernel_w};
+    const Conv2dGeometry g = window_of(in_channels, kernel_h + kOnePassPool - 1,
+                                       kernel_w + kOnePassPool - 1, kernel, one, zero, one);
+    return conv_gn_pool_backward_covers(i32(out_channels), g, static_cast<int>(device));
+}
+}  // namespace scratchops
+
 // The module scratchops/_build.py loads: one direct call per public operator (the schemas,
-// defined by scratchops/_library.py, exist before it loads).
+// defined by scratchops/_library.py, exist before it loads), and the backward's question above
+// (a plain function, outside the dispatcher, so that tracing may ask it too).
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
     scratchops::each_operator([&](const char* name, auto* implementation) {
         scratchops::def_direct_call(module, name, implementation);
     });
+    module.def("conv_gn_pool_backward_runs", &scratchops::conv_gn_pool_backward_runs);
 }
