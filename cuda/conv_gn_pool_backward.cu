@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(kThreads)
         out[kGamma] = gamma;
         out[kBeta] = beta;
         out[kScale] = scale;
-        out[kDs] = rstd * gamma * scale;
-        out[kOne] = k1;
-        out[kXhat] = k2;
+        out[kDsFactor] = rstd * gamma * scale;
+        out[kConstant] = k1;
+        out[kXhatFactor] = k2;
     }
 }
 

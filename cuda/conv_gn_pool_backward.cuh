@@ -46,9 +46,9 @@ constexpr int kRegionWindowRows = kRegionRows / kPool, kRegionWindowCols = kRegi
 constexpr int kRegionWindows = kRegionWindowRows * kRegionWindowCols;  // 3 x 9
 constexpr int kOwnWindows = kOwnRows / kPool * (kOwnCols / kPool);        // 2 x 8
 constexpr int kQuads = kMaxChannels / 4;                                  // float4s of channels
-// The (sample, channel) constants the first kernel writes: the group's mean and 1/std, the
-// channel's gamma, beta and scale (for the window maxima), and dy's coefficients.
-enum Coef { kMean, kRstd, kGamma, kBeta, kScale, kDs, kOne, kXhat, kCoefs };
+// The (sample, channel) constants the first kernel writes: the group's mean and 1/std, gamma,
+// beta and scale (for the window maxima), dy = kDsFactor * ds - kConstant - xhat * kXhatFactor.
+enum Coef { kMean, kRstd, kGamma, kBeta, kScale, kDsFactor, kConstant, kXhatFactor, kCoefs };
 // The grid: a fixed number of blocks (not the GPU's multiprocessors), so that the weight
 // gradient's partial sums, and so its bits, depend on the shape alone.
 constexpr int kBlocks = 256;
@@ -243,9 +243,9 @@ __device__ void form_dy(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
             const int col = v.region_c + kPool * wc + e % kPool;
             float* y = base + ((e / kPool) * kRegionPitch + e % kPool) * kVec;
             const float xhat = (*y - k[kMean]) * k[kRstd];
-            const float d = (e == chosen ? k[kDs] * ds : 0.0f) - k[kOne] - xhat * k[kXhat];
-            const bool real = row >= 0 && row < a.out_h && col >= 0 && col < a.out_w &&
-                              c < a.cout;
+            const float d =
+                (e == chosen ? k[kDsFactor] * ds : 0.0f) - k[kConstant] - xhat * k[kXhatFactor];
+            const bool real = row >= 0 && row < a.out_h && col >= 0 && col < a.out_w && c < a.cout;
             *y = real ? d : 0.0f;
             sum += real ? d : 0.0f;
         }
