@@ -96,15 +96,15 @@ __global__ void __launch_bounds__(kThreads)
         const int c = group * cpg + k;
         const float gamma = value_or(p.gamma, c, true, 1.0f), beta = value_or(p.beta, c, true, 0.0f);
         const float scale = value_or(p.scale, c, true, 1.0f);
-        float* out = coefs + (static_cast<long long>(n) * cout + c) * kCoefs;
-        out[kMean] = mean;
-        out[kRstd] = rstd;
-        out[kGamma] = gamma;
-        out[kBeta] = beta;
-        out[kScale] = scale;
-        out[kDsFactor] = rstd * gamma * scale;
-        out[kConstant] = k1;
-        out[kXhatFactor] = k2;
+        float* out = coefs + static_cast<long long>(n) * kCoefs * cout + c;  // [n][coef][c]
+        out[kMean * cout] = mean;
+        out[kRstd * cout] = rstd;
+        out[kGamma * cout] = gamma;
+        out[kBeta * cout] = beta;
+        out[kScale * cout] = scale;
+        out[kDsFactor * cout] = rstd * gamma * scale;
+        out[kConstant * cout] = k1;
+        out[kXhatFactor * cout] = k2;
     }
 }
 

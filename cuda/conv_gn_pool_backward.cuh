@@ -9,163 +9,30 @@
 // bias gradient (sums of dy) and the input gradient (dx = dy convolved with the flipped
 // weights). Neither y nor dy reaches global memory.
 //
-// A tile is kOwnRows x kOwnCols input pixels (rows r0.., cols c0.., r0 and c0 multiples of
-// the pooling window). Its dx needs dy at rows r0 - (kh-1) .. r0 + kOwnRows - 1 (and columns
-// alike); those above r0 belong to the pooling windows of the row above, whose maxima need
-// all of those windows' y. So y is computed on the region of whole windows from r0 - kPool,
-// c0 - kPool: kRegionRows x kRegionCols conv outputs (which covers kernels up to kPool + 1).
-// The dy positions the tile owns (rows r0.., columns c0.., inside the conv output) are each
-// owned by exactly one tile: the weight and bias gradients sum those only.
-//
-// Shared memory (floats):
-//   dy      [region position][kVec]: y, then dy, of a position's 64 channels side by side (a
-//           float4 holds 4 channels); a region row holds kRegionPitch positions and a position
-//           kVec = 64 + 4 floats, so that neighbouring rows and neighbouring positions fall
-//           in different banks for the 16-byte loads below;
-//   x       [ci][row][col] of the input under the region, zero outside the image (plane
-//           stride = 4 mod 32: the 8 input channels of a warp's lanes in different banks);
-//   w       [ci][tap][c], the weights once per block (plane stride = 4 mod 32 likewise);
-//   routed  [c][window of the region] the gradient each window routes, from the first kernel;
-//   coefs   [c][kCoefs] the (sample, channel) constants of the first kernel.
-// Threads: fused_threads below, one block an SM (170 or 206 KB of shared memory), a
-// persistent grid whose block b takes tiles b, b + grid, ... and keeps its weight and bias
-// gradient sums in registers until its last tile.
+// The tile, its region and the shared arrays: conv_gn_pool_backward_tile.cuh. Per tile the
+// kernel runs the phases below, (1) to (4), between barriers; the next tile's copies (0)
+// start after (3) and land during (4).
 #pragma once
 
-#include "common.cuh"
+#include "conv_gn_pool_backward_tile.cuh"
 
 namespace scratchops {
 namespace conv_gn_pool_backward {
 
-constexpr int kPool = 4;                                   // P85's pooling window and stride
-constexpr int kMaxChannels = 64, kMaxInputChannels = 8;    // what the fused kernel covers
-constexpr int kOwnRows = 8, kOwnCols = 32;                 // a tile of input pixels
-constexpr int kRegionRows = kOwnRows + kPool, kRegionCols = kOwnCols + kPool;
-constexpr int kRegionPitch = kRegionCols + 1, kVec = kMaxChannels + 4;
-constexpr int kRegionWindowRows = kRegionRows / kPool, kRegionWindowCols = kRegionCols / kPool;
-constexpr int kRegionWindows = kRegionWindowRows * kRegionWindowCols;  // 3 x 9
-constexpr int kOwnWindows = kOwnRows / kPool * (kOwnCols / kPool);        // 2 x 8
-constexpr int kQuads = kMaxChannels / 4;                                  // float4s of channels
-// The (sample, channel) constants the first kernel writes: the group's mean and 1/std, gamma,
-// beta and scale (for the window maxima), dy = kDsFactor * ds - kConstant - xhat * kXhatFactor.
-enum Coef { kMean, kRstd, kGamma, kBeta, kScale, kDsFactor, kConstant, kXhatFactor, kCoefs };
-// The grid: a fixed number of blocks (not the GPU's multiprocessors), so that the weight
-// gradient's partial sums, and so its bits, depend on the shape alone.
-constexpr int kBlocks = 256;
-// The fused kernel's threads: 512 (16 warps, 128 registers a thread) for kernels up to 3 x 3;
-// 256 for those up to 5 x 5, whose weight-gradient sums (4 channels x 25 taps a thread) need
-// more registers. One block fits an SM either way (its shared memory), so the block's warps
-// are all the SM has to hide latency with (ncu: shared-memory loads stalled 8 warps most).
-__host__ __device__ constexpr int fused_threads(int max_k) { return max_k <= 3 ? 512 : 256; }
-// The weight gradient's row splits (add_weight_grad): a block's partial sums per split.
-__host__ __device__ constexpr int weight_splits(int max_k) { return fused_threads(max_k) / 128; }
-
-__host__ __device__ constexpr int round_to_bank4(int floats) { return (floats + 31) / 32 * 32 + 4; }
-template <int kMaxK>
-struct Smem {
-    static constexpr int kXRows = kRegionRows + kMaxK - 1, kXCols = kRegionCols + kMaxK - 1;
-    static constexpr int kXPlane = round_to_bank4(kXRows * kXCols);
-    static constexpr int kWPlane = kMaxK * kMaxK * kMaxChannels + 4;
-    static constexpr int kDy = kRegionRows * kRegionPitch * kVec, kX = kMaxInputChannels * kXPlane;
-    static constexpr int kW = kMaxInputChannels * kWPlane, kRouted = kMaxChannels * kRegionWindows;
-    static constexpr int kCoef = kMaxChannels * kCoefs, kSums = kMaxChannels * kOwnWindows;
-    static constexpr int kBias = kMaxChannels;
-    static constexpr int kFloats = kDy + kX + kW + kRouted + kCoef + kSums + kBias;
-};
-
-template <class T>
-struct FusedArgs {
-    const T* x;          // (N, Cin, H, W)
-    const T* weight;     // (Cout, Cin, kh, kw)
-    const T* conv_bias;  // (Cout) or nullptr
-    const float* coefs;  // [n][c][kCoefs]
-    const float* routed; // [n][c][pool_h][pool_w]
-    T* dx;               // (N, Cin, H, W)
-    float* weight_partials;  // [block][split][Cout][Cin][kh][kw]
-    float* bias_partials;    // [block][Cout]
-    int cin, cout, height, width, kh, kw, out_h, out_w, pool_h, pool_w;
-    int bands, col_blocks, tiles;  // tiles = N * bands * col_blocks
-};
-
-// A tile's place and the block's shared arrays (see the top).
-template <int kMaxK>
-struct TileView {
-    float *dy, *xs, *ws, *routed, *coef, *window_sums, *bias;
-    int n, r0, c0, region_r, region_c;  // region_*: the region's first conv output row, column
-    long long image;                   // the sample's first input element
-    __device__ explicit TileView(float* smem) {
-        using S = Smem<kMaxK>;
-        dy = smem;
-        xs = dy + S::kDy;
-        ws = xs + S::kX;
-        routed = ws + S::kW;
-        coef = routed + S::kRouted;
-        window_sums = coef + S::kCoef;
-        bias = window_sums + S::kSums;
-    }
-    __device__ float4 weights(int ci, int tap, int quad) const {  // w[4 quad ..][ci][tap]
-        return reinterpret_cast<const float4*>(ws + ci * Smem<kMaxK>::kWPlane +
-                                               tap * kMaxChannels)[quad];
-    }
-    __device__ float* at(int row, int col) const {  // region position (row, col)'s channels
-        return dy + (row * kRegionPitch + col) * kVec;
-    }
-};
-
-// The weights as [ci][tap][c] (tap = i * kMaxK + j; zero where c, ci or the tap is past the
-// call's), and the conv bias, once a block.
-template <class T, int kMaxK>
-__device__ void load_weights(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
-    constexpr int kTaps = kMaxK * kMaxK;
-    for (int i = threadIdx.x; i < kMaxInputChannels * kTaps * kMaxChannels; i += blockDim.x) {
-        const int c = i % kMaxChannels, tap = i / kMaxChannels % kTaps;
-        const int ci = i / (kMaxChannels * kTaps), r = tap / kMaxK, s = tap % kMaxK;
-        const bool real = c < a.cout && ci < a.cin && r < a.kh && s < a.kw;
-        v.ws[ci * Smem<kMaxK>::kWPlane + tap * kMaxChannels + c] =
-            real ? to_float(a.weight[((c * a.cin + ci) * a.kh + r) * a.kw + s]) : 0.0f;
-    }
-    for (int c = threadIdx.x; c < kMaxChannels; c += blockDim.x)
-        v.bias[c] = value_or(a.conv_bias, c, c < a.cout, 0.0f);
-}
-
-// (0) The input under the region (zero outside the image), the region windows' routed
-// gradients (zero outside the pooling output) and the sample's constants.
-template <class T, int kMaxK>
-__device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
-    using S = Smem<kMaxK>;
-    for (int i = threadIdx.x; i < a.cin * S::kXRows * S::kXCols; i += blockDim.x) {
-        const int ci = i / (S::kXRows * S::kXCols), rc = i % (S::kXRows * S::kXCols);
-        const int row = v.region_r + rc / S::kXCols, col = v.region_c + rc % S::kXCols;
-        const bool inside = row >= 0 && row < a.height && col >= 0 && col < a.width;
-        v.xs[ci * S::kXPlane + rc] =
-            inside ? to_float(a.x[v.image + (static_cast<long long>(ci) * a.height + row) *
-                                                a.width + col])
-                   : 0.0f;
-    }
-    for (int i = threadIdx.x; i < kMaxChannels * kRegionWindows; i += blockDim.x) {
-        const int c = i / kRegionWindows, w = i % kRegionWindows;
-        const int wr = v.r0 / kPool - 1 + w / kRegionWindowCols;
-        const int wc = v.c0 / kPool - 1 + w % kRegionWindowCols;
-        const bool real = c < a.cout && wr >= 0 && wr < a.pool_h && wc >= 0 && wc < a.pool_w;
-        v.routed[i] = real ? a.routed[((static_cast<long long>(v.n) * a.cout + c) * a.pool_h +
-                                       wr) * a.pool_w + wc]
-                           : 0.0f;
-    }
-    for (int i = threadIdx.x; i < kMaxChannels * kCoefs; i += blockDim.x)
-        v.coef[i] = i / kCoefs < a.cout
-                        ? a.coefs[static_cast<long long>(v.n) * a.cout * kCoefs + i]
-                        : 0.0f;
-}
-
 // (1) y over the region: a task is 4 channels x 9 neighbouring columns of one region row
-// (16 quads x 4 runs x 12 rows = 768 tasks; lanes: 16 quads x 2 runs; 2 channels a task read
-// twice the shared memory a product, the kernel's limit). y = bias + the sum over (ci, i, j) of
-// w * x, added in that order with one rounding a product (fmaf), as conv_gn_pool v1 adds them.
+// (16 quads x 4 runs x 12 rows = 768 tasks; 2 channels a task read twice the shared memory a
+// product, the kernel's limit). A warp's lanes: 4 runs x 2 rows x 4 quads, so that a float4 of
+// weights serves 8 lanes (ncu: 2 wavefronts a load, where 16 quads x 2 runs took 4) and the
+// 8 lanes' inputs fall in 8 banks (runs 9 floats apart, rows kXCols: 38 or 40). y = bias + the sum
+// over (ci, i, j) of w * x, added in that order with one rounding a product (fmaf), as
+// conv_gn_pool v1 adds them.
 template <class T, int kMaxK>
 __device__ void compute_y(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     using S = Smem<kMaxK>;
+    static_assert(kRegionRows % 2 == 0, "tasks pair the region's rows");
     for (int task = threadIdx.x; task < kQuads * 4 * kRegionRows; task += blockDim.x) {
-        const int quad = task % kQuads, run = task / kQuads % 4, row = task / (4 * kQuads);
+        const int run = task % 4, quad = task / 8 % kQuads;
+        const int row = task / (8 * kQuads) * 2 + task / 4 % 2;
         float acc[4][9];
 #pragma unroll
         for (int q = 0; q < 4; ++q)
@@ -209,26 +76,33 @@ __device__ void compute_y(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
 // group_norm(y) * scale (pool_clamp_backward.cu's rule: the first greater value in row-major
 // order, or the last NaN); every position of the conv output also gets group norm's
 // -k1 - xhat * k2; positions outside it get 0. The sums of each owned window's dy, for the
-// conv bias's gradient.
+// conv bias's gradient. The channel's constants and the window's 16 values are read once into
+// registers (the compiler cannot keep them there itself: y is written through a pointer into
+// the same shared memory).
 template <class T, int kMaxK>
 __device__ void form_dy(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     for (int task = threadIdx.x; task < kMaxChannels * kRegionWindows; task += blockDim.x) {
         const int c = task % kMaxChannels, w = task / kMaxChannels;
         const int wr = w / kRegionWindowCols, wc = w % kRegionWindowCols;
-        const float* k = v.coef + c * kCoefs;
+        float k[kCoefs];
+#pragma unroll
+        for (int i = 0; i < kCoefs; ++i) k[i] = v.coef[i * kMaxChannels + c];
         const int pool_row = v.r0 / kPool - 1 + wr, pool_col = v.c0 / kPool - 1 + wc;
         const bool pooled =
             pool_row >= 0 && pool_row < a.pool_h && pool_col >= 0 && pool_col < a.pool_w;
         float* base = v.at(kPool * wr, kPool * wc) + c;
+        float y[kPool * kPool];  // y[e]: the window's element e, row-major
+#pragma unroll
+        for (int e = 0; e < kPool * kPool; ++e)
+            y[e] = base[((e / kPool) * kRegionPitch + e % kPool) * kVec];
         int chosen = -1;
         if (pooled) {
             float best = -INFINITY;
             chosen = 0;
 #pragma unroll
             for (int e = 0; e < kPool * kPool; ++e) {
-                const float s = rounded<T>(normed_scaled<T>(
-                    base[((e / kPool) * kRegionPitch + e % kPool) * kVec], k[kMean], k[kRstd],
-                    k[kGamma], k[kBeta], k[kScale]));
+                const float s = rounded<T>(normed_scaled<T>(y[e], k[kMean], k[kRstd], k[kGamma],
+                                                            k[kBeta], k[kScale]));
                 if (s > best || s != s) {
                     best = s;
                     chosen = e;
@@ -241,29 +115,34 @@ __device__ void form_dy(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
         for (int e = 0; e < kPool * kPool; ++e) {
             const int row = v.region_r + kPool * wr + e / kPool;
             const int col = v.region_c + kPool * wc + e % kPool;
-            float* y = base + ((e / kPool) * kRegionPitch + e % kPool) * kVec;
-            const float xhat = (*y - k[kMean]) * k[kRstd];
+            const float xhat = (y[e] - k[kMean]) * k[kRstd];
             const float d =
                 (e == chosen ? k[kDsFactor] * ds : 0.0f) - k[kConstant] - xhat * k[kXhatFactor];
             const bool real = row >= 0 && row < a.out_h && col >= 0 && col < a.out_w && c < a.cout;
-            *y = real ? d : 0.0f;
+            base[((e / kPool) * kRegionPitch + e % kPool) * kVec] = real ? d : 0.0f;
             sum += real ? d : 0.0f;
         }
         if (wr >= 1 && wc >= 1)  // a window the tile owns
-            v.window_sums[c * kOwnWindows + (wr - 1) * (kOwnCols / kPool) + wc - 1] = sum;
+            v.window_sums[((wr - 1) * (kOwnCols / kPool) + wc - 1) * kMaxChannels + c] = sum;
     }
 }
 
-// (3) The weight gradient: thread (quad, ci, split) adds dy[4 quad + q][p] * x[ci][p + tap]
+// (3) The weight gradient: thread (ci, quad, split) adds dy[4 quad + q][p] * x[ci][p + tap]
 // over the owned positions p of its split of the rows (weight_splits of them), 8 columns at a
-// time (a warp's lanes: 16 quads x 2 input channels).
+// time. A warp's lanes: 8 input channels x 4 quads, so that each quarter-warp reads one
+// float4 of dy (two quarters a wavefront, see (4)) and the 8 channels' inputs fall in
+// different banks (planes 4 mod 32 apart).
+struct WeightGradThread {
+    int ci = threadIdx.x % kMaxInputChannels, quad = threadIdx.x / kMaxInputChannels % kQuads;
+    int split = threadIdx.x / (kMaxInputChannels * kQuads);
+};
 template <class T, int kMaxK>
 __device__ void add_weight_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v,
                                 float (&dw)[4][kMaxK * kMaxK]) {
     using S = Smem<kMaxK>;
     constexpr int kRowsEach = kOwnRows / weight_splits(kMaxK);
-    const int quad = threadIdx.x % kQuads, ci = threadIdx.x / kQuads % kMaxInputChannels;
-    const int split = threadIdx.x / 128;
+    const WeightGradThread me;
+    const int quad = me.quad, ci = me.ci, split = me.split;
     if (ci >= a.cin) return;
     for (int rr = 0; rr < kRowsEach; ++rr) {
         const int row = kPool + kRowsEach * split + rr;  // region row
@@ -297,49 +176,87 @@ __device__ void add_weight_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v,
 }
 
 // (4) The input gradient: dx[ci][r0 + row][c0 + col + m] = the sum over (c, i, j) of
-// dy[kPool + row - i][kPool + col + m - j][c] * w[c][ci][i][j] (region coordinates), kPixels
-// neighbouring columns a thread. A warp's lanes: 4 rows x 8 input channels (the 4 rows' dy
-// fall in different banks); its warp index picks the row group and the columns.
+// dy[kPool + row - i][kPool + col + m - j][c] * w[c][ci][i][j] (region coordinates).
+// A thread takes 2 input channels x kInputPixels neighbouring columns of one row, over a
+// quarter of the channel quads (quads split, split + 4, ...); the four quarters' sums meet by
+// shuffles. Per loaded float4 of dy that is 8 products a column, where one input channel a
+// thread made 4. The lanes follow how a 16-byte shared load is served (ncu, H200): a
+// quarter-warp (8 lanes) a wavefront, or two quarters in one where each reads one address.
+// So a quarter is the 8 rows of one quarter of the quads (lane = row + 8 split): dy's 8
+// float4s sit 37 x 68 floats = 20 banks apart, 8 disjoint groups of 4 banks, one wavefront;
+// the weights are one address a quarter, 4 in all, two wavefronts. The warp index picks the
+// channel pair and the columns.
+constexpr int kInputPixels = 8, kInputSplit = 4;
 template <class T, int kMaxK>
 __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
-    constexpr int kPixels = kOwnRows * kOwnCols * kMaxInputChannels / fused_threads(kMaxK);
-    const int ci = threadIdx.x % kMaxInputChannels, warp = threadIdx.x / 32;
-    const int row = warp % 2 * 4 + threadIdx.x / 8 % 4, col = warp / 2 * kPixels;
-    if (ci >= a.cin) return;
-    float acc[kPixels];
+    constexpr int kPairs = kMaxInputChannels / 2;
+    constexpr int kGroups = kPairs * (kOwnCols / kInputPixels);  // (channel pair, columns)
+    constexpr int kWarps = fused_threads(kMaxK) / 32;
+    static_assert(kOwnRows * kInputSplit == 32 && kQuads % kInputSplit == 0,
+                  "the lanes: a tile's rows x the quarters of the quads");
+    const int lane = threadIdx.x % 32;
+    const int row = lane % kOwnRows, split = lane / kOwnRows;
+    for (int group = threadIdx.x / 32; group < kGroups; group += kWarps) {
+        const int ci0 = 2 * (group % kPairs), col = group / kPairs * kInputPixels;
+        if (ci0 >= a.cin) continue;  // (the whole warp: no lane is left out of the shuffles)
+        float acc[2][kInputPixels];
 #pragma unroll
-    for (int m = 0; m < kPixels; ++m) acc[m] = 0.0f;
-#pragma unroll 2
-    for (int quad = 0; quad < kQuads; ++quad) {
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int i = 0; i < kMaxK; ++i) {
-            if (i >= a.kh) break;
-            float4 d[kPixels + kMaxK - 1];  // d[m]: dy at region column kPool + col - (kMaxK - 1) + m
-            const float* src = v.at(row + kPool - i, col + kPool - (kMaxK - 1));
+            for (int m = 0; m < kInputPixels; ++m) acc[h][m] = 0.0f;
+#pragma unroll 1
+        for (int quad = split; quad < kQuads; quad += kInputSplit) {
 #pragma unroll
-            for (int m = 0; m < kPixels + kMaxK - 1; ++m)
-                d[m] = reinterpret_cast<const float4*>(src + m * kVec)[quad];
+            for (int i = 0; i < kMaxK; ++i) {
+                if (i >= a.kh) break;
+                float4 w[kMaxK][2];
 #pragma unroll
-            for (int j = 0; j < kMaxK; ++j) {
-                if (j >= a.kw) break;
-                const float4 w = v.weights(ci, i * kMaxK + j, quad);
+                for (int j = 0; j < kMaxK; ++j)
 #pragma unroll
-                for (int m = 0; m < kPixels; ++m) {
-                    const float4 g = d[m + kMaxK - 1 - j];
-                    acc[m] = fmaf(g.x, w.x, acc[m]);
-                    acc[m] = fmaf(g.y, w.y, acc[m]);
-                    acc[m] = fmaf(g.z, w.z, acc[m]);
-                    acc[m] = fmaf(g.w, w.w, acc[m]);
+                    for (int h = 0; h < 2; ++h) w[j][h] = v.weights(ci0 + h, i * kMaxK + j, quad);
+                // position p: dy at region column kPool + col - (kMaxK - 1) + p, which column
+                // m = p - (kMaxK - 1 - j) takes through tap j
+                const float* src = v.at(row + kPool - i, col + kPool - (kMaxK - 1));
+#pragma unroll
+                for (int p = 0; p < kInputPixels + kMaxK - 1; ++p) {
+                    const float4 g = reinterpret_cast<const float4*>(src + p * kVec)[quad];
+#pragma unroll
+                    for (int j = 0; j < kMaxK; ++j) {
+                        const int m = p - (kMaxK - 1 - j);
+                        if (m < 0 || m >= kInputPixels || j >= a.kw) continue;
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            acc[h][m] = fmaf(g.x, w[j][h].x, acc[h][m]);
+                            acc[h][m] = fmaf(g.y, w[j][h].y, acc[h][m]);
+                            acc[h][m] = fmaf(g.z, w[j][h].z, acc[h][m]);
+                            acc[h][m] = fmaf(g.w, w[j][h].w, acc[h][m]);
+                        }
+                    }
                 }
             }
         }
-    }
-    const int out_row = v.r0 + row;
-    if (out_row >= a.height) return;
-    T* out = a.dx + v.image + (static_cast<long long>(ci) * a.height + out_row) * a.width;
+        // The quarters' sums: (s0 + s1) + (s2 + s3) in every lane of the four (lanes 8 and
+        // 16 apart; the adds commute, so each lane holds the same bits); lane `split` stores
+        // columns 2 split and 2 split + 1.
 #pragma unroll
-    for (int m = 0; m < kPixels; ++m)
-        if (v.c0 + col + m < a.width) out[v.c0 + col + m] = from_float<T>(acc[m]);
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int m = 0; m < kInputPixels; ++m) {
+                acc[h][m] += __shfl_xor_sync(0xffffffffu, acc[h][m], kOwnRows);
+                acc[h][m] += __shfl_xor_sync(0xffffffffu, acc[h][m], 2 * kOwnRows);
+            }
+        const int out_row = v.r0 + row;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (ci0 + h >= a.cin || out_row >= a.height) continue;
+            T* out = a.dx + v.image +
+                     (static_cast<long long>(ci0 + h) * a.height + out_row) * a.width;
+#pragma unroll
+            for (int m = 0; m < kInputPixels; ++m)
+                if (m / 2 == split && v.c0 + col + m < a.width)
+                    out[v.c0 + col + m] = from_float<T>(acc[h][m]);
+        }
+    }
 }
 
 template <class T, int kMaxK>
@@ -355,33 +272,41 @@ __global__ void __launch_bounds__(fused_threads(kMaxK), 1) fused_backward_kernel
 #pragma unroll
         for (int t = 0; t < kMaxK * kMaxK; ++t) dw[q][t] = 0.0f;
     float dbias = 0.0f;
+    // Per tile: [its copies landed] y | dy | weight and bias gradients [next copies start]
+    // input gradient. Each barrier frees what the phase before it read: dy for the next y,
+    // y for dy, the input, routed values and constants for the next tile's copies.
+    const uint64_t policy = l2_evict_first();
+    if (blockIdx.x < a.tiles) {
+        v.place(blockIdx.x, a);
+        load_tile(a, v, policy);
+    }
     for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
-        const int per_image = a.bands * a.col_blocks;
-        v.n = tile / per_image;
-        v.r0 = kOwnRows * (tile % per_image / a.col_blocks);
-        v.c0 = kOwnCols * (tile % a.col_blocks);
-        v.region_r = v.r0 - kPool;
-        v.region_c = v.c0 - kPool;
-        v.image = static_cast<long long>(v.n) * a.cin * a.height * a.width;
-        __syncthreads();  // the previous tile's readers are done
-        load_tile(a, v);
-        __syncthreads();
+        cp_async_wait_all();
+        __syncthreads();  // the tile's copies have landed; the previous dy's readers are done
         compute_y(a, v);
         __syncthreads();
         form_dy(a, v);
         __syncthreads();
         if (threadIdx.x < kMaxChannels)
             for (int w = 0; w < kOwnWindows; ++w)
-                dbias += v.window_sums[threadIdx.x * kOwnWindows + w];
+                dbias += v.window_sums[w * kMaxChannels + threadIdx.x];
         add_weight_grad(a, v, dw);
+        __syncthreads();  // the input, routed values and constants are free
+        if (tile + gridDim.x < a.tiles) {
+            TileView<kMaxK> next = v;
+            next.place(tile + gridDim.x, a);
+            load_tile(a, next, policy);
+        }
         input_grad(a, v);
+        v.place(tile + gridDim.x, a);
     }
 
     // The block's partial sums, for the ordered sum over blocks (batch_sum_launch).
-    const int quad = threadIdx.x % kQuads, ci = threadIdx.x / kQuads % kMaxInputChannels;
+    const WeightGradThread me;
+    const int quad = me.quad, ci = me.ci;
     if (ci < a.cin) {
         float* out = a.weight_partials +
-                     (static_cast<long long>(blockIdx.x) * weight_splits(kMaxK) + threadIdx.x / 128) *
+                     (static_cast<long long>(blockIdx.x) * weight_splits(kMaxK) + me.split) *
                          a.cout * a.cin * a.kh * a.kw;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
