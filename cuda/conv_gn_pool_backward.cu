@@ -155,8 +155,8 @@ bool conv_gn_pool_backward_covers(int out_channels, const Conv2dGeometry& g, int
                        g.kernel_h <= kPool + 1 && g.kernel_w <= kPool + 1 && g.stride_h == 1 &&
                        g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0 && g.dil_h == 1 &&
                        g.dil_w == 1 && g.out_h >= kPool && g.out_w >= kPool;
-    // The block's shared memory: 170 KB (3 x 3) or 206 KB (5 x 5), which an H100 or H200
-    // lends a block and an A100 (163 KB) or an sm_86 / sm_89 GPU (99 KB) does not.
+    // The block's shared memory: 174.5 KiB (3 x 3) or 211.2 KiB (5 x 5), which an H100 or H200
+    // (227 KiB) lends a block and an A100 (163 KiB) or an sm_86 / sm_89 GPU (99 KiB) does not.
     const int bytes = 4 * (g.kernel_h <= 3 && g.kernel_w <= 3 ? Smem<3>::kFloats
                                                                : Smem<kPool + 1>::kFloats);
     int lent = 0;
@@ -207,7 +207,8 @@ cudaError_t conv_gn_pool_backward_launch(const T* dout, const T* x, const T* wei
                              dx,         weight_partials, bias_partials, g.channels,
                              out_channels, g.height,   g.width,        g.kernel_h, g.kernel_w,
                              g.out_h,    g.out_w,      g.out_h / kPool, g.out_w / kPool,
-                             bands,      col_blocks,   static_cast<int>(tiles)};
+                             bands,      col_blocks,   static_cast<int>(tiles),
+                             g.width % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0};
         err = small_kernel ? launch_fused<T, 3>(a, blocks, stream)
                            : launch_fused<T, kPool + 1>(a, blocks, stream);
         if (err != cudaSuccess) return err;

@@ -282,6 +282,7 @@ __global__ void __launch_bounds__(fused_threads(kMaxK), 1) fused_backward_kernel
     }
     for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
         cp_async_wait_all();
+        widen_tile(a, v);
         __syncthreads();  // the tile's copies have landed; the previous dy's readers are done
         compute_y(a, v);
         __syncthreads();

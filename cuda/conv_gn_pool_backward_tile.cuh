@@ -19,8 +19,11 @@
 //   w       [ci][tap][c], the weights once per block (plane stride = 4 mod 32 likewise);
 //   routed  [c][window of the region] the gradient each window routes, from the first kernel;
 //   coefs   [kCoefs][c] the (sample, channel) constants of the first kernel (a warp's lanes,
-//           on consecutive channels, read consecutive words of each).
-// Threads: fused_threads below, one block an SM (170 or 206 KB of shared memory), a
+//           on consecutive channels, read consecutive words of each);
+//   window_sums [owned window][c] each owned window's sum of dy, for the conv bias;
+//   bias    [c] the conv bias;
+//   raw     [ci][row][col / 2] the half types' input as copied, two values a word.
+// Threads: fused_threads below, one block an SM (174.5 or 211.2 KiB of shared memory), a
 // persistent grid whose block b takes tiles b, b + grid, ... and keeps its weight and bias
 // gradient sums in registers until its last tile.
 #pragma once
@@ -69,7 +72,10 @@ struct Smem {
     static constexpr int kW = kMaxInputChannels * kWPlane, kRouted = kMaxChannels * kRegionWindows;
     static constexpr int kCoef = kMaxChannels * kCoefs, kSums = kMaxChannels * kOwnWindows;
     static constexpr int kBias = kMaxChannels;
-    static constexpr int kFloats = kDy + kX + kW + kRouted + kCoef + kSums + kBias;
+    // The half types' input as copied, two values a word, before it is widened into x.
+    static constexpr int kRawWords = kMaxInputChannels * kXRows * kXCols / 2;
+    static_assert(kXCols % 2 == 0, "a row of the input under the region is whole pairs");
+    static constexpr int kFloats = kDy + kX + kW + kRouted + kCoef + kSums + kBias + kRawWords;
 };
 
 template <class T>
@@ -84,12 +90,16 @@ struct FusedArgs {
     float* bias_partials;    // [block][Cout]
     int cin, cout, height, width, kh, kw, out_h, out_w, pool_h, pool_w;
     int bands, col_blocks, tiles;  // tiles = N * bands * col_blocks
+    // The half types: the input's rows start on 4-byte boundaries (an even width and x on a
+    // 4-byte boundary), so that it is copied in pairs (load_tile); otherwise loaded.
+    bool x_in_pairs;
 };
 
 // A tile's place and the block's shared arrays (see the top).
 template <int kMaxK>
 struct TileView {
     float *dy, *xs, *ws, *routed, *coef, *window_sums, *bias;
+    uint32_t* raw;
     int n, r0, c0, region_r, region_c;  // region_*: the region's first conv output row, column
     long long image;                   // the sample's first input element
     __device__ explicit TileView(float* smem) {
@@ -101,6 +111,7 @@ struct TileView {
         coef = routed + S::kRouted;
         window_sums = coef + S::kCoef;
         bias = window_sums + S::kSums;
+        raw = reinterpret_cast<uint32_t*>(bias + S::kBias);
     }
     template <class Args>
     __device__ void place(int tile, const Args& a) {  // tile = (n, band, column block)
@@ -139,23 +150,41 @@ __device__ void load_weights(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
 
 // (0) The input under the region (zero outside the image), the region windows' routed
 // gradients (zero outside the pooling output) and the sample's constants, by copies that hold
-// no register while in flight (cp.async; the half types' input by loads and stores, since
-// cp.async copies 4 bytes at least and the tile keeps floats). The kernel starts a tile's
-// copies while the tile before computes its input gradient, and waits for them after.
+// no register while in flight (cp.async). The kernel starts a tile's copies while the tile
+// before computes its input gradient, and waits for them after. cp.async copies 4 bytes at
+// least, so the half types' input is copied in pairs into raw, where its rows start on 4-byte
+// boundaries, and widened into x by the thread that copied it (widen_tile); otherwise loaded.
+// Element rc = (row, col) of the region's input, row and col from region_r, region_c: a pair
+// (col even: region_c = c0 - kPool and kXCols are even) is wholly inside or outside an image
+// of even width.
+template <class T, int kMaxK>
+__device__ __forceinline__ long long input_offset(const FusedArgs<T>& a, const TileView<kMaxK>& v,
+                                                  int ci, int rc, bool& inside) {
+    using S = Smem<kMaxK>;
+    const int row = v.region_r + rc / S::kXCols, col = v.region_c + rc % S::kXCols;
+    inside = row >= 0 && row < a.height && col >= 0 && col < a.width;
+    return inside ? v.image + (static_cast<long long>(ci) * a.height + row) * a.width + col : 0;
+}
 template <class T, int kMaxK>
 __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v, uint64_t policy) {
     using S = Smem<kMaxK>;
-    for (int i = threadIdx.x; i < a.cin * S::kXRows * S::kXCols; i += blockDim.x) {
-        const int ci = i / (S::kXRows * S::kXCols), rc = i % (S::kXRows * S::kXCols);
-        const int row = v.region_r + rc / S::kXCols, col = v.region_c + rc % S::kXCols;
-        const bool inside = row >= 0 && row < a.height && col >= 0 && col < a.width;
-        const T* src = a.x + (inside ? v.image + (static_cast<long long>(ci) * a.height + row) *
-                                                     a.width + col
-                                     : 0);
-        if constexpr (std::is_same_v<T, float>)
-            cp_async_or_zero<4>(&v.xs[ci * S::kXPlane + rc], src, inside, policy);
-        else
-            v.xs[ci * S::kXPlane + rc] = inside ? to_float(*src) : 0.0f;
+    constexpr int kPlane = S::kXRows * S::kXCols;
+    bool inside;
+    if (std::is_same_v<T, float> || !a.x_in_pairs) {
+        for (int i = threadIdx.x; i < a.cin * kPlane; i += blockDim.x) {
+            const int ci = i / kPlane, rc = i % kPlane;
+            const T* src = a.x + input_offset(a, v, ci, rc, inside);
+            if constexpr (std::is_same_v<T, float>)
+                cp_async_or_zero<4>(&v.xs[ci * S::kXPlane + rc], src, inside, policy);
+            else
+                v.xs[ci * S::kXPlane + rc] = inside ? to_float(*src) : 0.0f;
+        }
+    } else {
+        for (int i = threadIdx.x; i < a.cin * kPlane / 2; i += blockDim.x) {
+            const int ci = i / (kPlane / 2), rc = 2 * (i % (kPlane / 2));
+            const T* src = a.x + input_offset(a, v, ci, rc, inside);
+            cp_async_or_zero<4>(&v.raw[i], reinterpret_cast<const float*>(src), inside, policy);
+        }
     }
     for (int i = threadIdx.x; i < kMaxChannels * kRegionWindows; i += blockDim.x) {
         const int c = i / kRegionWindows, w = i % kRegionWindows;
@@ -176,6 +205,23 @@ __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v, uint6
             c < a.cout, policy);
     }
     cp_async_commit();
+}
+
+// The half types' input copied in pairs: widened into x by each thread that copied a pair,
+// once its copies have landed (so no barrier between).
+template <class T, int kMaxK>
+__device__ void widen_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
+    if constexpr (!std::is_same_v<T, float>) {
+        using S = Smem<kMaxK>;
+        constexpr int kPlane = S::kXRows * S::kXCols;
+        if (!a.x_in_pairs) return;
+        for (int i = threadIdx.x; i < a.cin * kPlane / 2; i += blockDim.x) {
+            const int ci = i / (kPlane / 2), rc = 2 * (i % (kPlane / 2));
+            const T* pair = reinterpret_cast<const T*>(&v.raw[i]);
+            v.xs[ci * S::kXPlane + rc] = to_float(pair[0]);
+            v.xs[ci * S::kXPlane + rc + 1] = to_float(pair[1]);
+        }
+    }
 }
 
 }  // namespace conv_gn_pool_backward

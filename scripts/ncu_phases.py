@@ -1,0 +1,75 @@
+"""Where a kernel's time goes, by the parts of its source: the ncu source view summed over
+ranges of source lines (a phase of a kernel whose functions are inlined into one).
+
+Make the view on the GPU machine from a report taken with --import-source yes:
+    ncu --import fused.ncu-rep --page source --csv --print-source cuda,sass > view.csv
+then, anywhere:
+    python3 scripts/ncu_phases.py view.csv compute_y=conv_gn_pool_backward.cuh:22-73 ...
+Each SASS instruction counts toward the phase of its source line; one from a line outside
+every range (a helper in another file, inlined) counts toward the phase of the instruction
+before it in address order. The share of stall samples is the share of the kernel's time
+spent there; wavefronts are shared-memory wavefronts ("ideal": without bank conflicts or
+broadcast losses).
+"""
+
+import collections
+import csv
+import sys
+
+COLUMNS = {"samples": "# Samples", "instructions": "Instructions Executed",
+           "wavefronts": "L1 Wavefronts Shared", "ideal": "L1 Wavefronts Shared Ideal",
+           "short_sb": "stall_short_sb", "barrier": "stall_barrier"}
+
+
+def number(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def instructions(path: str):
+    """(address, source file, source line, {column: value}) of each SASS instruction."""
+    header, file, line = None, None, None
+    for row in csv.reader(open(path)):
+        if not row:
+            continue
+        if row[0] == "File Path":
+            file = row[1].rsplit("/", 1)[-1]
+        elif row[0] == "Line No":
+            header = row
+        elif header and row[0] not in ("", "Function Name"):
+            line = int(row[0])
+        elif header and row[0] == "" and row[2].startswith("0x"):
+            values = dict(zip(header[4:], row[4:]))
+            yield int(row[2], 16), file, line, {k: number(values.get(c, "0"))
+                                                for k, c in COLUMNS.items()}
+
+
+def main(path: str, specs: list[str]) -> None:
+    phases = []  # (name, file, first line, last line)
+    for spec in specs:
+        name, where = spec.split("=")
+        file, lines = where.rsplit(":", 1)
+        first, last = (int(n) for n in lines.split("-"))
+        phases.append((name, file, first, last))
+    sums = collections.defaultdict(lambda: collections.Counter())
+    current = "other"
+    for _, file, line, values in sorted(instructions(path), key=lambda i: i[0]):
+        current = next((name for name, f, first, last in phases
+                        if f == file and first <= line <= last), current)
+        sums[current].update(values)
+    totals = collections.Counter()
+    for counts in sums.values():
+        totals.update(counts)
+    print(f"{'phase':14s}" + "".join(f"{k:>14s}" for k in COLUMNS))
+    for name, counts in sorted(sums.items(), key=lambda kv: -kv[1]["samples"]):
+        print(f"{name:14s}" + "".join(f"{100 * counts[k] / max(totals[k], 1):13.1f}%"
+                                      for k in COLUMNS))
+    print("totals: " + ", ".join(f"{k} {totals[k]:.0f}" for k in COLUMNS))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2:])
