@@ -133,17 +133,25 @@ Pieces pieces(int batch, int cout, const Conv2dGeometry& g) {
             aligned(static_cast<long long>(kBlocks) * cout)};
 }
 
-template <class T, int kMaxK>
-cudaError_t launch_fused(const FusedArgs<T>& a, int blocks, cudaStream_t stream) {
+template <class T, int kMaxK, bool kFull>
+cudaError_t launch_fused_as(const FusedArgs<T>& a, int blocks, cudaStream_t stream) {
     constexpr int kBytes = Smem<kMaxK>::kFloats * 4;
     static std::atomic<unsigned long long> smem_set_on;
     const cudaError_t err = once_per_device(smem_set_on, [] {
-        return cudaFuncSetAttribute(fused_backward_kernel<T, kMaxK>,
+        return cudaFuncSetAttribute(fused_backward_kernel<T, kMaxK, kFull>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     });
     if (err != cudaSuccess) return err;
-    fused_backward_kernel<T, kMaxK><<<blocks, fused_threads(kMaxK), kBytes, stream>>>(a);
+    fused_backward_kernel<T, kMaxK, kFull><<<blocks, fused_threads(kMaxK), kBytes, stream>>>(a);
     return cudaGetLastError();
+}
+// The instantiation for the full shape where the call has it (extent_of), the general one
+// otherwise.
+template <class T, int kMaxK>
+cudaError_t launch_fused(const FusedArgs<T>& a, int blocks, cudaStream_t stream) {
+    return a.cin == kMaxInputChannels && a.kh == kMaxK && a.kw == kMaxK
+               ? launch_fused_as<T, kMaxK, true>(a, blocks, stream)
+               : launch_fused_as<T, kMaxK, false>(a, blocks, stream);
 }
 
 }  // namespace

@@ -26,9 +26,10 @@ namespace conv_gn_pool_backward {
 // 8 lanes' inputs fall in 8 banks (runs 9 floats apart, rows kXCols: 38 or 40). y = bias + the sum
 // over (ci, i, j) of w * x, added in that order with one rounding a product (fmaf), as
 // conv_gn_pool v1 adds them.
-template <class T, int kMaxK>
+template <class T, int kMaxK, bool kFull>
 __device__ void compute_y(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     using S = Smem<kMaxK>;
+    const Extent e = extent_of<kMaxK, kFull>(a);
     static_assert(kRegionRows % 2 == 0, "tasks pair the region's rows");
     for (int task = threadIdx.x; task < kQuads * 4 * kRegionRows; task += blockDim.x) {
         const int run = task % 4, quad = task / 8 % kQuads;
@@ -38,17 +39,17 @@ __device__ void compute_y(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
         for (int q = 0; q < 4; ++q)
 #pragma unroll
             for (int m = 0; m < 9; ++m) acc[q][m] = 0.0f;
-        for (int ci = 0; ci < a.cin; ++ci) {
+        for (int ci = 0; ci < e.cin; ++ci) {
 #pragma unroll
             for (int i = 0; i < kMaxK; ++i) {
-                if (i >= a.kh) break;
+                if (i >= e.kh) break;
                 float xr[9 + kMaxK - 1];
                 const float* src = v.xs + ci * S::kXPlane + (row + i) * S::kXCols + 9 * run;
 #pragma unroll
                 for (int m = 0; m < 9 + kMaxK - 1; ++m) xr[m] = src[m];
 #pragma unroll
                 for (int j = 0; j < kMaxK; ++j) {
-                    if (j >= a.kw) break;
+                    if (j >= e.kw) break;
                     const float4 w = v.weights(ci, i * kMaxK + j, quad);
 #pragma unroll
                     for (int m = 0; m < 9; ++m) {
@@ -136,14 +137,15 @@ struct WeightGradThread {
     int ci = threadIdx.x % kMaxInputChannels, quad = threadIdx.x / kMaxInputChannels % kQuads;
     int split = threadIdx.x / (kMaxInputChannels * kQuads);
 };
-template <class T, int kMaxK>
+template <class T, int kMaxK, bool kFull>
 __device__ void add_weight_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v,
                                 float (&dw)[4][kMaxK * kMaxK]) {
     using S = Smem<kMaxK>;
+    const Extent e = extent_of<kMaxK, kFull>(a);
     constexpr int kRowsEach = kOwnRows / weight_splits(kMaxK);
     const WeightGradThread me;
     const int quad = me.quad, ci = me.ci, split = me.split;
-    if (ci >= a.cin) return;
+    if (ci >= e.cin) return;
     for (int rr = 0; rr < kRowsEach; ++rr) {
         const int row = kPool + kRowsEach * split + rr;  // region row
 #pragma unroll 2
@@ -154,14 +156,14 @@ __device__ void add_weight_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v,
                 d[m] = reinterpret_cast<const float4*>(v.at(row, kPool + 8 * run + m))[quad];
 #pragma unroll
             for (int i = 0; i < kMaxK; ++i) {
-                if (i >= a.kh) break;
+                if (i >= e.kh) break;
                 float xr[8 + kMaxK - 1];
                 const float* src = v.xs + ci * S::kXPlane + (row + i) * S::kXCols + kPool + 8 * run;
 #pragma unroll
                 for (int m = 0; m < 8 + kMaxK - 1; ++m) xr[m] = src[m];
 #pragma unroll
                 for (int j = 0; j < kMaxK; ++j) {
-                    if (j >= a.kw) break;
+                    if (j >= e.kw) break;
 #pragma unroll
                     for (int m = 0; m < 8; ++m) {
                         dw[0][i * kMaxK + j] = fmaf(d[m].x, xr[m + j], dw[0][i * kMaxK + j]);
@@ -187,8 +189,9 @@ __device__ void add_weight_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v,
 // the weights are one address a quarter, 4 in all, two wavefronts. The warp index picks the
 // channel pair and the columns.
 constexpr int kInputPixels = 8, kInputSplit = 4;
-template <class T, int kMaxK>
+template <class T, int kMaxK, bool kFull>
 __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
+    const Extent e = extent_of<kMaxK, kFull>(a);
     constexpr int kPairs = kMaxInputChannels / 2;
     constexpr int kGroups = kPairs * (kOwnCols / kInputPixels);  // (channel pair, columns)
     constexpr int kWarps = fused_threads(kMaxK) / 32;
@@ -198,7 +201,7 @@ __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     const int row = lane % kOwnRows, split = lane / kOwnRows;
     for (int group = threadIdx.x / 32; group < kGroups; group += kWarps) {
         const int ci0 = 2 * (group % kPairs), col = group / kPairs * kInputPixels;
-        if (ci0 >= a.cin) continue;  // (the whole warp: no lane is left out of the shuffles)
+        if (ci0 >= e.cin) continue;  // (the whole warp: no lane is left out of the shuffles)
         float acc[2][kInputPixels];
 #pragma unroll
         for (int h = 0; h < 2; ++h)
@@ -208,7 +211,7 @@ __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
         for (int quad = split; quad < kQuads; quad += kInputSplit) {
 #pragma unroll
             for (int i = 0; i < kMaxK; ++i) {
-                if (i >= a.kh) break;
+                if (i >= e.kh) break;
                 float4 w[kMaxK][2];
 #pragma unroll
                 for (int j = 0; j < kMaxK; ++j)
@@ -223,7 +226,7 @@ __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
 #pragma unroll
                     for (int j = 0; j < kMaxK; ++j) {
                         const int m = p - (kMaxK - 1 - j);
-                        if (m < 0 || m >= kInputPixels || j >= a.kw) continue;
+                        if (m < 0 || m >= kInputPixels || j >= e.kw) continue;
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
                             acc[h][m] = fmaf(g.x, w[j][h].x, acc[h][m]);
@@ -248,7 +251,7 @@ __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
         const int out_row = v.r0 + row;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            if (ci0 + h >= a.cin || out_row >= a.height) continue;
+            if (ci0 + h >= e.cin || out_row >= a.height) continue;
             T* out = a.dx + v.image +
                      (static_cast<long long>(ci0 + h) * a.height + out_row) * a.width;
 #pragma unroll
@@ -259,7 +262,7 @@ __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     }
 }
 
-template <class T, int kMaxK>
+template <class T, int kMaxK, bool kFull>
 __global__ void __launch_bounds__(fused_threads(kMaxK), 1) fused_backward_kernel(FusedArgs<T> a) {
     extern __shared__ __align__(16) float smem[];
     TileView<kMaxK> v(smem);
@@ -278,27 +281,27 @@ __global__ void __launch_bounds__(fused_threads(kMaxK), 1) fused_backward_kernel
     const uint64_t policy = l2_evict_first();
     if (blockIdx.x < a.tiles) {
         v.place(blockIdx.x, a);
-        load_tile(a, v, policy);
+        load_tile<T, kMaxK, kFull>(a, v, policy);
     }
     for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
         cp_async_wait_all();
-        widen_tile(a, v);
+        widen_tile<T, kMaxK, kFull>(a, v);
         __syncthreads();  // the tile's copies have landed; the previous dy's readers are done
-        compute_y(a, v);
+        compute_y<T, kMaxK, kFull>(a, v);
         __syncthreads();
         form_dy(a, v);
         __syncthreads();
         if (threadIdx.x < kMaxChannels)
             for (int w = 0; w < kOwnWindows; ++w)
                 dbias += v.window_sums[w * kMaxChannels + threadIdx.x];
-        add_weight_grad(a, v, dw);
+        add_weight_grad<T, kMaxK, kFull>(a, v, dw);
         __syncthreads();  // the input, routed values and constants are free
         if (tile + gridDim.x < a.tiles) {
             TileView<kMaxK> next = v;
             next.place(tile + gridDim.x, a);
-            load_tile(a, next, policy);
+            load_tile<T, kMaxK, kFull>(a, next, policy);
         }
-        input_grad(a, v);
+        input_grad<T, kMaxK, kFull>(a, v);
         v.place(tile + gridDim.x, a);
     }
 

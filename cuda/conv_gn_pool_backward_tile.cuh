@@ -95,6 +95,18 @@ struct FusedArgs {
     bool x_in_pairs;
 };
 
+// The call's input channels and kernel size as the phases see them. The kernel's instantiation
+// for the full shape (kFull: kMaxInputChannels input channels and a kMaxK x kMaxK kernel, as
+// P85's) has them as constants, so that the loops over them unroll whole and test no bounds
+// (ncu: those tests were 5 % of the kernel's stall samples); the other takes the call's.
+struct Extent {
+    int cin, kh, kw;
+};
+template <int kMaxK, bool kFull, class T>
+__device__ __forceinline__ Extent extent_of(const FusedArgs<T>& a) {
+    return kFull ? Extent{kMaxInputChannels, kMaxK, kMaxK} : Extent{a.cin, a.kh, a.kw};
+}
+
 // A tile's place and the block's shared arrays (see the top).
 template <int kMaxK>
 struct TileView {
@@ -165,13 +177,14 @@ __device__ __forceinline__ long long input_offset(const FusedArgs<T>& a, const T
     inside = row >= 0 && row < a.height && col >= 0 && col < a.width;
     return inside ? v.image + (static_cast<long long>(ci) * a.height + row) * a.width + col : 0;
 }
-template <class T, int kMaxK>
+template <class T, int kMaxK, bool kFull>
 __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v, uint64_t policy) {
     using S = Smem<kMaxK>;
     constexpr int kPlane = S::kXRows * S::kXCols;
+    const int cin = extent_of<kMaxK, kFull>(a).cin;
     bool inside;
     if (std::is_same_v<T, float> || !a.x_in_pairs) {
-        for (int i = threadIdx.x; i < a.cin * kPlane; i += blockDim.x) {
+        for (int i = threadIdx.x; i < cin * kPlane; i += blockDim.x) {
             const int ci = i / kPlane, rc = i % kPlane;
             const T* src = a.x + input_offset(a, v, ci, rc, inside);
             if constexpr (std::is_same_v<T, float>)
@@ -180,7 +193,7 @@ __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v, uint6
                 v.xs[ci * S::kXPlane + rc] = inside ? to_float(*src) : 0.0f;
         }
     } else {
-        for (int i = threadIdx.x; i < a.cin * kPlane / 2; i += blockDim.x) {
+        for (int i = threadIdx.x; i < cin * kPlane / 2; i += blockDim.x) {
             const int ci = i / (kPlane / 2), rc = 2 * (i % (kPlane / 2));
             const T* src = a.x + input_offset(a, v, ci, rc, inside);
             cp_async_or_zero<4>(&v.raw[i], reinterpret_cast<const float*>(src), inside, policy);
@@ -209,13 +222,14 @@ __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v, uint6
 
 // The half types' input copied in pairs: widened into x by each thread that copied a pair,
 // once its copies have landed (so no barrier between).
-template <class T, int kMaxK>
+template <class T, int kMaxK, bool kFull>
 __device__ void widen_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     if constexpr (!std::is_same_v<T, float>) {
         using S = Smem<kMaxK>;
         constexpr int kPlane = S::kXRows * S::kXCols;
+        const int cin = extent_of<kMaxK, kFull>(a).cin;
         if (!a.x_in_pairs) return;
-        for (int i = threadIdx.x; i < a.cin * kPlane / 2; i += blockDim.x) {
+        for (int i = threadIdx.x; i < cin * kPlane / 2; i += blockDim.x) {
             const int ci = i / (kPlane / 2), rc = 2 * (i % (kPlane / 2));
             const T* pair = reinterpret_cast<const T*>(&v.raw[i]);
             v.xs[ci * S::kXPlane + rc] = to_float(pair[0]);

@@ -194,7 +194,10 @@ def backward_kernels():
                 lambda x, w, b, b2: (torch.clamp_max(F.conv2d(x, w, b), 0.1) +
                                      b2[:, None, None]) * 2.0,
                 r(2, 5, 9, 8), r(70, 5, 3, 3), r(70), r(70))
-    for w_shape, groups in (((12, 5, 3, 3), 3), ((6, 2, 5, 4), 2)):  # both kernel instantiations
+    # Each kernel instantiation: 3 x 3 and 5 x 5, for the call's shape and for the full shape
+    # (8 input channels and the whole kernel size, extent_of in conv_gn_pool_backward_tile.cuh).
+    for w_shape, groups in (((12, 5, 3, 3), 3), ((6, 2, 5, 4), 2), ((8, 8, 3, 3), 2),
+                            ((4, 8, 5, 5), 2)):
         check_grads(f"conv2d_group_norm_pool_clamp backward (fused, {w_shape[2]}x{w_shape[3]})",
                     lambda x, w, b, g, b2, s, k=groups: scratchops.conv2d_group_norm_pool_clamp(
                         x, w, b, k, g, b2, s, 1e-5, -0.5, 0.5, version=CONV_GN_POOL_CUDA_CORES),

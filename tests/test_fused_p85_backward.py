@@ -21,9 +21,12 @@ OPS = torch.ops.scratchops
 LO, HI, EPS = -0.5, 0.5, 1e-5
 # (x shape, weight shape, groups): odd sizes; batch 1 with one input channel and 6 output
 # channels (a partial quad of channels); P85's 8 -> 64 channels on 37 x 70 (5 bands of rows, 3
-# of columns, the last ones partial); 5 x 5, 1 x 1 and a 2 x 4 kernel.
+# of columns, the last ones partial); 5 x 5, 1 x 1 and a 2 x 4 kernel. The kernel's
+# instantiations for the full shape (8 input channels, a whole 3 x 3 or 5 x 5 kernel) run
+# P85's channels and the 8 -> 12 5 x 5; the others the rest.
 SHAPES = [((2, 3, 14, 15), (8, 3, 3, 3), 4), ((1, 1, 9, 7), (6, 1, 3, 3), 3),
           ((2, 8, 37, 70), (64, 8, 3, 3), 16), ((3, 2, 21, 40), (12, 2, 5, 5), 4),
+          ((2, 8, 21, 38), (12, 8, 5, 5), 4),
           ((2, 4, 19, 33), (10, 4, 1, 1), 5), ((1, 5, 23, 17), (4, 5, 2, 4), 2)]
 
 
