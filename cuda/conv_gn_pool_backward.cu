@@ -110,14 +110,11 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kMostSplits = weight_splits(3);  // (the 3 x 3 instantiation's block is the larger)
 static_assert(kMostSplits >= weight_splits(kPool + 1), "room for either instantiation's sums");
-// The thread layouts of conv_gn_pool_backward.cuh: add_weight_grad's splits of 128 threads
-// share the owned rows evenly, input_grad's threads share the tile's pixels evenly.
+// add_weight_grad's thread layout (conv_gn_pool_backward.cuh): its splits of 128 threads share
+// the owned rows evenly (input_grad checks its own layout where it is written).
 static_assert(kOwnRows % kMostSplits == 0 && kOwnRows % weight_splits(kPool + 1) == 0 &&
                   fused_threads(3) % 128 == 0 && fused_threads(kPool + 1) % 128 == 0,
               "add_weight_grad's splits");
-static_assert(kOwnRows * kOwnCols * kMaxInputChannels % fused_threads(3) == 0 &&
-                  kOwnRows * kOwnCols * kMaxInputChannels % fused_threads(kPool + 1) == 0,
-              "input_grad's pixels a thread");
 
 // The pieces of the workspace, in floats (each 16-byte aligned).
 struct Pieces {

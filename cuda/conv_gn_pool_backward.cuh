@@ -197,6 +197,7 @@ __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
     constexpr int kWarps = fused_threads(kMaxK) / 32;
     static_assert(kOwnRows * kInputSplit == 32 && kQuads % kInputSplit == 0,
                   "the lanes: a tile's rows x the quarters of the quads");
+    static_assert(kGroups % kWarps == 0, "the groups (channel pair, columns) share the warps");
     const int lane = threadIdx.x % 32;
     const int row = lane % kOwnRows, split = lane / kOwnRows;
     for (int group = threadIdx.x / 32; group < kGroups; group += kWarps) {
@@ -239,8 +240,8 @@ __device__ void input_grad(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
             }
         }
         // The quarters' sums: (s0 + s1) + (s2 + s3) in every lane of the four (lanes 8 and
-        // 16 apart; the adds commute, so each lane holds the same bits); lane `split` stores
-        // columns 2 split and 2 split + 1.
+        // 16 apart; the adds commute, so each lane holds the same bits); the 8 lanes of
+        // quarter `split` then store their rows' columns 2 split and 2 split + 1.
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll

@@ -169,6 +169,32 @@ def check_grads(label, ours, ref, *inputs):
             failures.append(f"{label} gradient {i}: {e}")
 
 
+def check_half_input_paths():
+    """P85's fused backward in bf16 reads its input in pairs where the rows start on 4-byte
+    boundaries (an even width, x aligned) and a value at a time otherwise (the same input one
+    value into its storage): both paths, on the general and the full-shape instantiations,
+    must give the same bits."""
+    for w_shape in ((6, 3, 3, 3), (8, 8, 3, 3), (4, 8, 5, 5)):
+        x = r(2, w_shape[1], 19, 38).to(torch.bfloat16)
+        params = [t.to(torch.bfloat16) for t in (r(*w_shape), r(w_shape[0]), r(w_shape[0]),
+                                                 r(w_shape[0]), r(w_shape[0]))]
+        storage = torch.empty(x.numel() + 1, device="cuda", dtype=torch.bfloat16)
+        shifted = storage[1:].view(x.shape).copy_(x)
+
+        def gradients(inp, g=None):
+            leaves = [t.detach().requires_grad_() for t in (inp, *params)]
+            y = scratchops.conv2d_group_norm_pool_clamp(leaves[0], leaves[1], leaves[2], 2,
+                                                        leaves[3], leaves[4], leaves[5], 1e-5,
+                                                        -0.5, 0.5)
+            g = torch.rand_like(y) if g is None else g
+            return torch.autograd.grad(y, leaves, g), g
+
+        paired, g = gradients(x)
+        loaded, _ = gradients(shifted, g)
+        if not all(torch.equal(a, b) for a, b in zip(paired, loaded)):
+            failures.append(f"bf16 fused backward {w_shape}: the input's two paths differ")
+
+
 def backward_kernels():
     """Every backward kernel (cuda/*_backward.cu, transpose.cu), through the operators'
     backward formulas, with chunked convolution workspaces."""
@@ -206,6 +232,7 @@ def backward_kernels():
                         -0.5, 0.5),
                     r(2, w_shape[1], 19, 37), r(*w_shape), r(w_shape[0]), r(w_shape[0]),
                     r(w_shape[0]), r(w_shape[0]))
+    check_half_input_paths()
     check_grads("max_pool2d_clamp / clamp backward",
                 lambda x: scratchops.clamp(scratchops.max_pool2d_clamp(x, 3, 2, 1, -0.5, 0.5),
                                            -0.2, 0.3),

@@ -97,7 +97,7 @@ def test_gradients_are_bitwise_deterministic_over_many_tiles_a_block():
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
-@pytest.mark.parametrize("w_shape", [(64, 8, 3, 3), (12, 8, 5, 5)])
+@pytest.mark.parametrize("w_shape", [(64, 8, 3, 3), (12, 8, 5, 5), (12, 3, 3, 3), (8, 2, 2, 4)])
 def test_half_input_copied_in_pairs_or_loaded_gives_the_same_gradients(dtype, w_shape):
     # In fp16 / bf16 the fused kernel copies the input two values at a time where its rows start
     # on 4-byte boundaries, and loads it a value at a time otherwise: the same input one value
@@ -105,7 +105,8 @@ def test_half_input_copied_in_pairs_or_loaded_gives_the_same_gradients(dtype, w_
     # path is held to torch and float64 in test_autograd's half-gradient test, whose width is
     # odd).
     skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
-    x_shape = (2, 8, 37, 70)  # an even width; partial tiles both ways
+    x_shape = (2, w_shape[1], 37, 70)  # an even width; partial tiles both ways; the full
+    # shape's instantiations (8 input channels, a whole 3 x 3 or 5 x 5 kernel) and the others
     x, *params = as_dtype(_args(x_shape, w_shape, 4), dtype)
     storage = torch.empty(x.numel() + 1, device="cuda", dtype=dtype)
     off_by_one = storage[1:].view(x_shape).copy_(x)

@@ -913,8 +913,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> conv2d_group_norm_pool_clamp_backward
     const Conv c = gn_pool_setup(x, weight, conv_bias, num_groups, gn_weight, gn_bias, scale, 0.0);
     TORCH_CHECK_NOT_IMPLEMENTED(conv_gn_pool_backward_covers(c.cout, c.g, x.device().index()),
                                 "scratchops: P85's fused backward covers at most 8 input "
-                                "channels, 5 x 5 kernels and GPUs that lend a block 206 KB of "
-                                "shared memory (sm_90)");
+                                "channels, 5 x 5 kernels and GPUs that lend a block the "
+                                "shared memory it holds (up to 211 KiB: sm_90)");
     const std::vector<int64_t> pooled{x.size(0), c.cout, c.g.out_h / kOnePassPool,
                                       c.g.out_w / kOnePassPool};
     check_tensor(grad, "grad", 4, 4, &x);
