@@ -36,6 +36,10 @@
 //                               channel_sums v2's order (min_add_mul_backward_kept_launch:
 //                               P31's backward without its convolution computed again, and
 //                               three passes over the output's gradient made one)
+//   channel_sums and            each thread issues the loads of kLoadsInFlight of its elements
+//   min_add_mul_backward v3     before it uses any (walk_plane): with one load of each kind in
+//   in batches                  flight a thread, P31's pass ran at 2.0 TB/s. The elements and
+//                               the order of every sum stay v2's, so the bits do too
 
 #include "common.cuh"
 #include "launchers.h"
@@ -49,6 +53,31 @@ constexpr int kElementThreads = 256;
 // Blocks of the first pass of channel_sums v2, about: enough to keep every multiprocessor of a
 // large GPU busy several times over (132 on an H200).
 constexpr int kSumBlocks = 512;
+// v3: the loads a thread has in flight in a pass over planes (walk_plane). A multiprocessor
+// holds about 4 of the 512 blocks: 1,000 threads x 8 loads x 4 bytes = 32 KB in flight, about
+// what one SM's share of HBM's bandwidth needs at a microsecond of load latency.
+constexpr int kLoadsInFlight = 8;
+
+// Thread t's elements of a plane, s = t, t + kSumThreads, ...: load(s) for kLoadsInFlight of
+// them, then use(s, value) for each in the same order; so the loads of a batch are in flight
+// together, and whatever use() adds up is added in the order of a plain loop over s.
+template <class Load, class Use>
+__device__ __forceinline__ void walk_plane(int plane_size, Load load, Use use) {
+    using Value = decltype(load(0));
+    for (int first = threadIdx.x; first < plane_size; first += kSumThreads * kLoadsInFlight) {
+        Value values[kLoadsInFlight];
+#pragma unroll
+        for (int u = 0; u < kLoadsInFlight; ++u) {
+            const int s = first + u * kSumThreads;
+            if (s < plane_size) values[u] = load(s);
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadsInFlight; ++u) {
+            const int s = first + u * kSumThreads;
+            if (s < plane_size) use(s, values[u]);
+        }
+    }
+}
 
 // Block (c, r) = (blockIdx.x, blockIdx.y): planes (n, c) for the images n of range r,
 // [r * images, min(batch, (r + 1) * images)), each plane_size long; thread t takes elements
@@ -63,10 +92,16 @@ __global__ void __launch_bounds__(kSumThreads)
     const int n_end = (r + 1) * images < batch ? (r + 1) * images : batch;
     double sum = 0.0;
     for (int n = r * images; n < n_end; ++n) {
-        const int plane = (n * channels + c) * plane_size;
-        for (int s = threadIdx.x; s < plane_size; s += kSumThreads) {
-            const float v = to_float(a[plane + s]);
-            sum += b != nullptr ? static_cast<double>(v) * to_float(b[plane + s]) : v;
+        const T* a_plane = a + (n * channels + c) * plane_size;
+        if (b == nullptr) {
+            walk_plane(plane_size, [&](int s) { return to_float(a_plane[s]); },
+                       [&](int, float v) { sum += v; });
+        } else {
+            const T* b_plane = b + (n * channels + c) * plane_size;
+            walk_plane(
+                plane_size,
+                [&](int s) { return make_float2(to_float(a_plane[s]), to_float(b_plane[s])); },
+                [&](int, float2 v) { sum += static_cast<double>(v.x) * v.y; });
         }
     }
     const Sums total = block_sum<kSumThreads>({static_cast<float>(sum), 0.0f});
@@ -126,14 +161,19 @@ __global__ void __launch_bounds__(kSumThreads)
     double dy_sum = 0.0, dx_sum = 0.0;
     for (int n = r * images; n < n_end; ++n) {
         const int plane = (n * channels + c) * plane_size;
-#pragma unroll 4
-        for (int s = threadIdx.x; s < plane_size; s += kSumThreads) {
-            const float g = to_float(dy[plane + s]);
-            const T d = from_float<T>(rounded<T>(g * factor) * (0.5f * halves[plane + s]));
-            dx[plane + s] = d;
-            dy_sum += g;
-            dx_sum += to_float(d);
-        }
+        struct Loaded {
+            float g;
+            int halves;
+        };
+        walk_plane(
+            plane_size,
+            [&](int s) { return Loaded{to_float(dy[plane + s]), halves[plane + s]}; },
+            [&](int s, Loaded v) {
+                const T d = from_float<T>(rounded<T>(v.g * factor) * (0.5f * v.halves));
+                dx[plane + s] = d;
+                dy_sum += v.g;
+                dx_sum += to_float(d);
+            });
     }
     const Sums total = block_sum<kSumThreads>({static_cast<float>(dy_sum),
                                                static_cast<float>(dx_sum)});
