@@ -77,16 +77,21 @@ def compile_cubin(source: Path, arch: str, out_dir: Path) -> Path:
 
 
 def serialised_wgmma(source: Path, arch: str = "90a") -> list[str]:
-    """ptxas's notes that it serialised a kernel's wgmmas (its performance warning C7513: a
-    register a wgmma reads is written while the wgmma may still be running, so every wgmma
-    waits for the one before), one line per kernel of the file."""
+    """ptxas's notes that it serialised a kernel's wgmmas, one line per kernel of the file:
+    every "wgmma.mma_async instructions are serialized" note, whatever its reason (C7513: a
+    register a wgmma reads is written while the wgmma may still be running; C7514: an
+    ordinary instruction reads a wgmma's accumulators inside its pipeline stage; C7520: a
+    wgmma in a path ptxas cannot prove uniform). Each makes every wgmma wait for the one
+    before. Some are info-level notes, printed only with ptxas -v."""
     from .._build import _nvcc_path, cuda_dir
 
     with tempfile.TemporaryDirectory() as folder:
         done = subprocess.run([_nvcc_path(), "-cubin", "-O3", "-std=c++17", f"-arch=sm_{arch}",
-                               f"-I{cuda_dir()}", "-o", str(Path(folder) / "k.cubin"),
-                               str(source)], check=True, capture_output=True, text=True)
-    return [line for line in (done.stdout + done.stderr).splitlines() if "C7513" in line]
+                               "-Xptxas=-v", f"-I{cuda_dir()}", "-o",
+                               str(Path(folder) / "k.cubin"), str(source)],
+                              check=True, capture_output=True, text=True)
+    return [line for line in (done.stdout + done.stderr).splitlines()
+            if "wgmma.mma_async instructions are serialized" in line]
 
 
 def disassemble(cubin: Path) -> str:
