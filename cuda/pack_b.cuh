@@ -45,7 +45,9 @@ struct PackItem {
                             kb * Operand<Op>::kBlockK + packed_k<Op, kNaturalK>(kValues * c + j));
     }
 
-    template <int BN>
+    // kCross: the cross tile too (pack_b with its cross tiles deferred stores them apart:
+    // scatter_cross).
+    template <int BN, bool kCross = true>
     __device__ __forceinline__ bool scatter(uint8_t* packed, const PackedB& layout) const {
         uint8_t* tiles = packed + stage * layout.stage_bytes();
         const int c = item % 8, n = item / 8;
@@ -71,28 +73,71 @@ struct PackItem {
             *reinterpret_cast<uint4*>(tiles + offset) = make_uint4(big[0], big[1], big[2], big[3]);
             *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
                 make_uint4(small[0], small[1], small[2], small[3]);
-            *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
-                make_uint4(cross[0], cross[1], cross[2], cross[3]);
+            if (kCross)
+                *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
+                    make_uint4(cross[0], cross[1], cross[2], cross[3]);
             return nonfinite;
         }
     }
+
+    // The item's chunk of the cross tile alone (3xTF32: Op float).
+    template <int BN>
+    __device__ __forceinline__ void scatter_cross(uint8_t* packed, const PackedB& layout) const {
+        uint32_t cross[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) cross[j] = split_tf32(values[j]).cross;
+        *reinterpret_cast<uint4*>(packed + stage * layout.stage_bytes() + 2 * BN * 128 +
+                                  packed_offset(item / 8, 4 * (item % 8))) =
+            make_uint4(cross[0], cross[1], cross[2], cross[3]);
+    }
 };
 
-// The packing kernel: a block a slice of a stage at a time, a thread an item of it.
-template <int BN, class Op, bool kNaturalK, class Source>
-__global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
-    bool nonfinite = false;
+// A packing kernel's share of the work, a block a slice of a stage at a time: units
+// blockIdx.x, + gridDim.x, ... of layout.units(), thread threadIdx.x's item of each, gathered
+// from src and handed to use().
+template <int BN, class Op, bool kNaturalK, class Source, class Use>
+__device__ __forceinline__ void for_each_block_item(const Source& src, const PackedB& layout,
+                                                    Use use) {
     for (int unit = blockIdx.x; unit < layout.units(); unit += gridDim.x) {
         PackItem<Op> it;
         it.stage = unit / layout.slices();
         it.item = unit % layout.slices() * kPackThreads + static_cast<int>(threadIdx.x);
         if (it.item >= 8 * BN) continue;
         it.template gather<BN, kNaturalK>(src, layout);
-        nonfinite = it.template scatter<BN>(packed, layout) || nonfinite;
+        use(it);
     }
+}
+
+// The packing kernel. kCross: the cross tiles too (see pack_b's kDeferCross).
+template <int BN, class Op, bool kNaturalK, bool kCross, class Source>
+__global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
+    bool nonfinite = false;
+    for_each_block_item<BN, Op, kNaturalK>(src, layout, [&](const PackItem<Op>& it) {
+        nonfinite = it.template scatter<BN, kCross>(packed, layout) || nonfinite;
+    });
     const int block_nonfinite = __syncthreads_or(nonfinite);
     if (threadIdx.x == 0)
         reinterpret_cast<int*>(packed + layout.tiles_bytes())[blockIdx.x] = block_nonfinite;
+}
+
+// Whether pack_b met a non-finite value in B: its blocks' flags ORed, by every thread of the
+// calling CTA together (a block-wide barrier, which also orders what came before it).
+__device__ __forceinline__ bool b_has_nonfinite(const uint8_t* packed, const PackedB& layout) {
+    const int* flags = reinterpret_cast<const int*>(packed + layout.tiles_bytes());
+    bool any = false;
+    for (int i = threadIdx.x; i < layout.pack_blocks(); i += blockDim.x) any = any || flags[i];
+    return __syncthreads_or(any) != 0;
+}
+
+// The deferred cross tiles' pass (pack_b's kDeferCross), after pack_b_kernel: where some block
+// of that pass met a non-finite value (its flags), every stage's cross tile, the same units as
+// that pass; otherwise nothing (the kernels then copy and read no cross tile).
+template <int BN, bool kNaturalK, class Source>
+__global__ void pack_b_cross_kernel(Source src, uint8_t* packed, PackedB layout) {
+    if (!b_has_nonfinite(packed, layout)) return;
+    for_each_block_item<BN, float, kNaturalK>(src, layout, [&](const PackItem<float>& it) {
+        it.template scatter_cross<BN>(packed, layout);
+    });
 }
 
 // Where B comes from in a launch: packed before it (PackedAlready, pack_b's output), or a
@@ -158,12 +203,22 @@ __device__ __forceinline__ void pack_b_if_told(const Source& src, bool pack_insi
 }
 
 // Op: the operand type the engine multiplies (Operand), float for the TF32 split; kNaturalK:
-// the k order of a kernel that stages A in shared memory (packed_k).
-template <int BN, class Op = float, bool kNaturalK = false, class Source>
+// the k order of a kernel that stages A in shared memory (packed_k). kDeferCross (3xTF32): the
+// cross tiles, which the kernels read only where B has a non-finite value, written by a second
+// pass that returns at once where it has none: a large B (the weight gradient's dy, 1 GB at
+// P31's size) then writes two tiles of three; the second launch costs a small B more than the
+// tile it saves.
+template <int BN, class Op = float, bool kNaturalK = false, bool kDeferCross = false,
+          class Source>
 cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
                    cudaStream_t stream) {
+    constexpr bool kDefer = kDeferCross && !Operand<Op>::kNative16;
     // Always layout.pack_blocks() blocks, so that every flag the main kernel reads is written.
-    pack_b_kernel<BN, Op, kNaturalK>
+    pack_b_kernel<BN, Op, kNaturalK, !kDefer>
+        <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess || !kDefer) return err;
+    pack_b_cross_kernel<BN, kNaturalK>
         <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
     return cudaGetLastError();
 }
@@ -215,15 +270,6 @@ cudaError_t launch_cooperative(bool cooperative, void (*kernel)(Params...), int 
     config.attrs = &attribute;
     config.numAttrs = cooperative ? 1 : 0;
     return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-// Whether pack_b met a non-finite value in B: its blocks' flags ORed, by every thread of the
-// calling CTA together (a block-wide barrier, which also orders what came before it).
-__device__ __forceinline__ bool b_has_nonfinite(const uint8_t* packed, const PackedB& layout) {
-    const int* flags = reinterpret_cast<const int*>(packed + layout.tiles_bytes());
-    bool any = false;
-    for (int i = threadIdx.x; i < layout.pack_blocks(); i += blockDim.x) any = any || flags[i];
-    return __syncthreads_or(any) != 0;
 }
 
 }  // namespace tc

@@ -93,6 +93,15 @@ def tensor_core_kernels(engine):
                     lambda x, w, b, s=stride, p=padding: scratchops.conv2d(x, w, b, s, p, (2, 1)),
                     lambda x, w, b, s=stride, p=padding: F.conv2d(x, w, b, s, p, (2, 1)),
                     r(3, 5, 13, 11), r(70, 5, 3, 3), r(70))
+    # A non-finite dy: the weight gradient's deferred cross tiles written by their own pass.
+    x, dy = r(3, 5, 13, 11), r(3, 70, 11, 9)
+    dy[2, 69, 10, 8], dy[0, 3, 0, 0] = float("inf"), float("nan")
+    check(f"{engine} conv2d weight gradient of a non-finite dy",
+          torch.ops.scratchops._conv2d_weight_grad(
+              dy, x, [70, 5, 3, 3], [1, 1], [0, 0], [1, 1],
+              scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+              scratchops.versions.GEMM_TENSOR_CORE_VERSION),
+          torch.nn.grad.conv2d_weight(x, (70, 5, 3, 3), dy), equal_nan=True)
 
 
 def native_half_kernels():

@@ -156,6 +156,28 @@ def test_conv2d_implicit_gemm_nonfinite_weights(x_shape, cout, where):
     assert torch.isfinite(out[:, :at[0]]).all() and torch.isfinite(out[:, at[0] + 1:]).all()
 
 
+# The weight gradient packs dy as B with its cross tiles deferred (pack_b's kDeferCross: a
+# second pass writes them only where the first met a non-finite value). A non-finite dy, in
+# the first slice of the reduction or the last (4 here, of 85 rows but the last), must bring them
+# in: dW is Inf and NaN where torch's is, allclose elsewhere.
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_weight_gradient_of_a_nonfinite_output_gradient(where):
+    x, w_shape = rand(16, 5, 20, 19), (6, 5, 3, 3)
+    dy = rand(16, 6, 18, 17)
+    at = (0, 1, 2, 3) if where == "first" else (15, 1, 17, 16)
+    dy[at] = float("inf")
+    dy[(at[0], 4, at[2], at[3])] = float("nan")
+    poison_next(*w_shape)
+    ours = torch.ops.scratchops._conv2d_weight_grad(
+        dy, x, list(w_shape), [1, 1], [0, 0], [1, 1],
+        scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+        scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+    ref = torch.nn.grad.conv2d_weight(x, w_shape, dy)
+    assert torch.isinf(ours[1]).all() and torch.isnan(ours[4]).all()
+    scale = ref[torch.isfinite(ref)].abs().max().item()
+    torch.testing.assert_close(ours, ref, atol=ATOL * scale, rtol=RTOL, equal_nan=True)
+
+
 # ------------------------------------------------------------------- P31 in one kernel
 def p31_reference(x, w, cb, constant, bias, factor):
     ref32 = (torch.min(F.conv2d(x, w, cb), torch.tensor(constant)) + bias) * factor
