@@ -36,10 +36,13 @@
 //                               channel_sums v2's order (min_add_mul_backward_kept_launch:
 //                               P31's backward without its convolution computed again, and
 //                               three passes over the output's gradient made one)
-//   channel_sums and            each thread issues the loads of kLoadsInFlight of its elements
-//   min_add_mul_backward v3     before it uses any (walk_plane): with one load of each kind in
-//   in batches                  flight a thread, P31's pass ran at 2.0 TB/s. The elements and
-//                               the order of every sum stay v2's, so the bits do too
+//   min_add_mul_backward v3     each thread issues the loads of kLoadsInFlight of its elements
+//   in batches                  before it uses any (walk_plane): v2's loop, unrolled by 4 and
+//                               with stores between its loads, kept 2 to 4 in flight (SASS) and
+//                               ran P31's pass at 2.0 TB/s. The elements and the order of
+//                               every sum stay v2's, so the bits do too (channel_sums' loop,
+//                               with no store, the compiler unrolls with about a dozen loads
+//                               ahead by itself)
 
 #include "common.cuh"
 #include "launchers.h"
@@ -53,7 +56,7 @@ constexpr int kElementThreads = 256;
 // Blocks of the first pass of channel_sums v2, about: enough to keep every multiprocessor of a
 // large GPU busy several times over (132 on an H200).
 constexpr int kSumBlocks = 512;
-// v3: the loads a thread has in flight in a pass over planes (walk_plane). A multiprocessor
+// min_add_mul_backward v3: the loads a thread has in flight (walk_plane). A multiprocessor
 // holds about 4 of the 512 blocks: 1,000 threads x 8 loads x 4 bytes = 32 KB in flight, about
 // what one SM's share of HBM's bandwidth needs at a microsecond of load latency.
 constexpr int kLoadsInFlight = 8;
@@ -92,16 +95,10 @@ __global__ void __launch_bounds__(kSumThreads)
     const int n_end = (r + 1) * images < batch ? (r + 1) * images : batch;
     double sum = 0.0;
     for (int n = r * images; n < n_end; ++n) {
-        const T* a_plane = a + (n * channels + c) * plane_size;
-        if (b == nullptr) {
-            walk_plane(plane_size, [&](int s) { return to_float(a_plane[s]); },
-                       [&](int, float v) { sum += v; });
-        } else {
-            const T* b_plane = b + (n * channels + c) * plane_size;
-            walk_plane(
-                plane_size,
-                [&](int s) { return make_float2(to_float(a_plane[s]), to_float(b_plane[s])); },
-                [&](int, float2 v) { sum += static_cast<double>(v.x) * v.y; });
+        const int plane = (n * channels + c) * plane_size;
+        for (int s = threadIdx.x; s < plane_size; s += kSumThreads) {
+            const float v = to_float(a[plane + s]);
+            sum += b != nullptr ? static_cast<double>(v) * to_float(b[plane + s]) : v;
         }
     }
     const Sums total = block_sum<kSumThreads>({static_cast<float>(sum), 0.0f});

@@ -20,7 +20,8 @@ namespace tc {
 
 // One work item of a stage (stage = (entry * n_tiles + tile) * num_kb + kb, item < 8 BN): the
 // 16-byte chunk c = item % 8 of row n = item / 8, which holds logical columns 4c .. 4c + 3 of
-// row n, written to each of the three tiles; in 16-bit, logical columns 8c .. 8c + 7, written
+// row n, written to each of the three tiles (to the first two where pack_b defers the cross
+// tiles: scatter_cross writes the third); in 16-bit, logical columns 8c .. 8c + 7, written
 // to the first tile alone. Consecutive items are consecutive chunks (c fastest): a warp stores
 // 4 whole 128-byte rows of each tile (with n fastest, each store touched 32 rows, 16 bytes
 // apiece, and packing a large B ran at a fifth of the copy rate). In two halves, so that a
@@ -203,11 +204,12 @@ __device__ __forceinline__ void pack_b_if_told(const Source& src, bool pack_insi
 }
 
 // Op: the operand type the engine multiplies (Operand), float for the TF32 split; kNaturalK:
-// the k order of a kernel that stages A in shared memory (packed_k). kDeferCross (3xTF32): the
-// cross tiles, which the kernels read only where B has a non-finite value, written by a second
-// pass that returns at once where it has none: a large B (the weight gradient's dy, 1 GB at
-// P31's size) then writes two tiles of three; the second launch costs a small B more than the
-// tile it saves.
+// the k order of a kernel that stages A in shared memory (packed_k). kDeferCross (Op float:
+// the TF32 split's layout): the cross tiles, which the kernels read only where B has a
+// non-finite value (and the one-product TF32 mode never), written by a second pass that
+// returns at once where B has none: a large B (the weight gradient's dy, 1 GB at P31's size)
+// then writes two tiles of three; for a small B the second launch costs more than the tile
+// it saves.
 template <int BN, class Op = float, bool kNaturalK = false, bool kDeferCross = false,
           class Source>
 cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
@@ -217,10 +219,13 @@ cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
     pack_b_kernel<BN, Op, kNaturalK, !kDefer>
         <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
     cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess || !kDefer) return err;
-    pack_b_cross_kernel<BN, kNaturalK>
-        <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
-    return cudaGetLastError();
+    if constexpr (kDefer) {
+        if (err != cudaSuccess) return err;
+        pack_b_cross_kernel<BN, kNaturalK>
+            <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
+        err = cudaGetLastError();
+    }
+    return err;
 }
 
 // The launch of a persistent kernel that reads B packed, where B comes from `src` (see

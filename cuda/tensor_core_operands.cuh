@@ -6,9 +6,10 @@
 // B packed: once per launch, pack_b (pack_b.cuh) writes B's big, small and cross parts (the
 // 3xTF32 split: tf32x3.cuh) as the exact bytes shared memory wants: per (tile of BN rows,
 // k-block of 32), three BN x 128-byte tiles in the 128-byte swizzle layout, which an engine
-// copies into shared memory as they are. Multiplied natively in fp16 / bf16 (Operand below),
-// a k-block is 64 values of the 16-bit type and only its first tile is written: one product,
-// no split.
+// copies into shared memory as they are (the cross tile only where B has a non-finite value,
+// so pack_b may leave it to a second pass that writes it only then: its kDeferCross).
+// Multiplied natively in fp16 / bf16 (Operand below), a k-block is 64 values of the 16-bit
+// type and only its first tile is written: one product, no split.
 // A's side, the values each thread loads and the register fragments it makes of them:
 // tensor_core_a_fragments.cuh.
 //

@@ -158,19 +158,24 @@ def test_conv2d_implicit_gemm_nonfinite_weights(x_shape, cout, where):
 
 # The weight gradient packs dy as B with its cross tiles deferred (pack_b's kDeferCross: a
 # second pass writes them only where the first met a non-finite value). A non-finite dy, in
-# the first slice of the reduction or the last (4 here, of 85 rows but the last), must bring them
-# in: dW is Inf and NaN where torch's is, allclose elsewhere.
+# the first slice of the reduction or the last (4 here, of 85 rows but the last), must bring
+# them in: dW is Inf and NaN where torch's is, allclose elsewhere. The x values under the Inf
+# are 0.5, whose small TF32 part is 0: had the kernels used the big tile for the cross terms
+# (the flag not seen), 0 x Inf would make row 1 NaN. In one chunk of slices, and in a chunk a
+# slice (the flags of each chunk's packing are its own).
+@pytest.mark.parametrize("workspace_bytes",
+                         [1, scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES])
 @pytest.mark.parametrize("where", ["first", "last"])
-def test_weight_gradient_of_a_nonfinite_output_gradient(where):
+def test_weight_gradient_of_a_nonfinite_output_gradient(where, workspace_bytes):
     x, w_shape = rand(16, 5, 20, 19), (6, 5, 3, 3)
     dy = rand(16, 6, 18, 17)
-    at = (0, 1, 2, 3) if where == "first" else (15, 1, 17, 16)
-    dy[at] = float("inf")
-    dy[(at[0], 4, at[2], at[3])] = float("nan")
+    n, oh, ow = (0, 2, 3) if where == "first" else (15, 17, 16)
+    dy[n, 1, oh, ow] = float("inf")
+    dy[n, 4, oh, ow] = float("nan")
+    x[n, :, oh:oh + 3, ow:ow + 3] = 0.5
     poison_next(*w_shape)
     ours = torch.ops.scratchops._conv2d_weight_grad(
-        dy, x, list(w_shape), [1, 1], [0, 0], [1, 1],
-        scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+        dy, x, list(w_shape), [1, 1], [0, 0], [1, 1], workspace_bytes,
         scratchops.versions.GEMM_TENSOR_CORE_VERSION)
     ref = torch.nn.grad.conv2d_weight(x, w_shape, dy)
     assert torch.isinf(ours[1]).all() and torch.isnan(ours[4]).all()
