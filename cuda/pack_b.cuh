@@ -50,14 +50,13 @@ struct PackItem {
     // scatter_cross).
     template <int BN, bool kCross = true>
     __device__ __forceinline__ bool scatter(uint8_t* packed, const PackedB& layout) const {
-        uint8_t* tiles = packed + stage * layout.stage_bytes();
-        const int c = item % 8, n = item / 8;
         if constexpr (Operand<Op>::kNative16) {  // exact: Source widened an Op value
             uint4 chunk;
             Op* halves = reinterpret_cast<Op*>(&chunk);
 #pragma unroll
             for (int j = 0; j < 8; ++j) halves[j] = from_float<Op>(values[j]);
-            *reinterpret_cast<uint4*>(tiles + packed_offset<Op>(n, 8 * c)) = chunk;
+            *reinterpret_cast<uint4*>(packed + stage * layout.stage_bytes() +
+                                      packed_offset<Op>(item / 8, 8 * (item % 8))) = chunk;
             return false;
         } else {
             uint32_t big[4], small[4], cross[4];
@@ -70,12 +69,10 @@ struct PackItem {
                 cross[j] = p.cross;
                 nonfinite = nonfinite || p.cross != p.big;
             }
-            const int offset = packed_offset(n, 4 * c);
-            *reinterpret_cast<uint4*>(tiles + offset) = make_uint4(big[0], big[1], big[2], big[3]);
-            *reinterpret_cast<uint4*>(tiles + BN * 128 + offset) =
-                make_uint4(small[0], small[1], small[2], small[3]);
-            if (kCross)
-                *reinterpret_cast<uint4*>(tiles + 2 * BN * 128 + offset) =
+            *chunk_of<BN>(packed, layout, 0) = make_uint4(big[0], big[1], big[2], big[3]);
+            *chunk_of<BN>(packed, layout, 1) = make_uint4(small[0], small[1], small[2], small[3]);
+            if constexpr (kCross)
+                *chunk_of<BN>(packed, layout, 2) =
                     make_uint4(cross[0], cross[1], cross[2], cross[3]);
             return nonfinite;
         }
@@ -87,9 +84,16 @@ struct PackItem {
         uint32_t cross[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) cross[j] = split_tf32(values[j]).cross;
-        *reinterpret_cast<uint4*>(packed + stage * layout.stage_bytes() + 2 * BN * 128 +
-                                  packed_offset(item / 8, 4 * (item % 8))) =
-            make_uint4(cross[0], cross[1], cross[2], cross[3]);
+        *chunk_of<BN>(packed, layout, 2) = make_uint4(cross[0], cross[1], cross[2], cross[3]);
+    }
+
+    // The item's 16-byte chunk of tile `tile` (0 big, 1 small, 2 cross) of its stage, in the
+    // TF32 split's layout.
+    template <int BN>
+    __device__ __forceinline__ uint4* chunk_of(uint8_t* packed, const PackedB& layout,
+                                               int tile) const {
+        return reinterpret_cast<uint4*>(packed + stage * layout.stage_bytes() + tile * BN * 128 +
+                                        packed_offset(item / 8, 4 * (item % 8)));
     }
 };
 
