@@ -7,7 +7,9 @@ TF32, 64 in 16 bits) with a channel row a multiple of 16 bytes.
 The shapes reach each edge of it: output rows shorter and longer than a tile, channels past the
 last whole k-block (read as zeros), padding and dilation (taps outside the image), two column
 tiles, batch 1, 1x1 and 5x5 kernels, P31's tail, and both tile sizes (128 pixels, or 64 where
-that shortens the slowest consumer's walk enough: small_tiles). The TF32 results are held to the
+that shortens the slowest consumer's walk enough: small_tiles). In 16 bits, both stores: rows
+of an even number of pixels in even planes (transposed in registers) and the others (through
+shared memory), among them odd rows whose tiles start at an even pixel. The TF32 results are held to the
 arithmetic v4 claims: operands rounded to the nearest TF32, products summed in fp32. Against
 float64 on the rounded operands they are then within 2e-5 (the tensor cores' fp32 sums, a
 truncation per k-step of 8 at most: 225 steps at K = 1800); an operand truncated instead of
@@ -39,9 +41,11 @@ CASES = [
     ((1, 128, 6, 200), (33, 128, 1, 1), 0, 1),    # 1x1
     ((3, 128, 5, 5), (128, 128, 3, 3), 1, 3),     # dilation: most taps outside the image
     ((8, 64, 34, 130), (96, 64, 3, 3), 0, 1),     # 128-pixel tiles (small_tiles says no)
+    ((2, 64, 12, 67), (40, 64, 3, 3), 0, 1),      # odd rows (65 pixels) in even planes (650)
     ((1, 40, 17, 33), (70, 40, 3, 3), 2, 2),      # TF32 only (Cin < 64: half runs v2)
 ]
-IDS = ["short-row", "long-row", "partial-block-2-tiles", "1x1", "dilated", "wide-tiles", "cin40"]
+IDS = ["short-row", "long-row", "partial-block-2-tiles", "1x1", "dilated", "wide-tiles",
+       "odd-rows-even-planes", "cin40"]
 
 
 def tf32_nearest(t):
