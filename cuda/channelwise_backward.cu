@@ -56,26 +56,29 @@ constexpr int kElementThreads = 256;
 // Blocks of the first pass of channel_sums v2, about: enough to keep every multiprocessor of a
 // large GPU busy several times over (132 on an H200).
 constexpr int kSumBlocks = 512;
-// min_add_mul_backward v3: the loads a thread has in flight (walk_plane). A multiprocessor
-// holds about 4 of the 512 blocks: 1,000 threads x 8 loads x 4 bytes = 32 KB in flight, about
-// what one SM's share of HBM's bandwidth needs at a microsecond of load latency.
-constexpr int kLoadsInFlight = 8;
+// min_add_mul_backward v3: the loads of T a thread has in flight (walk_plane). A
+// multiprocessor holds about 4 of the 512 blocks: 1,000 threads x 8 loads x 4 bytes = 32 KB in
+// flight, about what one SM's share of HBM's bandwidth needs at a microsecond of load latency.
+// Measured on P31's pass (H200, docs/notes.md): 16 in float took it from 0.870 to 0.799 ms
+// where 16 in bf16 took it from 0.604 to 0.667, so float has 16 and the 16-bit types 8.
+template <class T>
+constexpr int kLoadsInFlight = sizeof(T) == 4 ? 16 : 8;
 
-// Thread t's elements of a plane, s = t, t + kSumThreads, ...: load(s) for kLoadsInFlight of
-// them, then use(s, value) for each in the same order; so the loads of a batch are in flight
+// Thread t's elements of a plane, s = t, t + kSumThreads, ...: load(s) for kLoads of them,
+// then use(s, value) for each in the same order; so the loads of a batch are in flight
 // together, and whatever use() adds up is added in the order of a plain loop over s.
-template <class Load, class Use>
+template <int kLoads, class Load, class Use>
 __device__ __forceinline__ void walk_plane(int plane_size, Load load, Use use) {
     using Value = decltype(load(0));
-    for (int first = threadIdx.x; first < plane_size; first += kSumThreads * kLoadsInFlight) {
-        Value values[kLoadsInFlight];
+    for (int first = threadIdx.x; first < plane_size; first += kSumThreads * kLoads) {
+        Value values[kLoads];
 #pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u) {
+        for (int u = 0; u < kLoads; ++u) {
             const int s = first + u * kSumThreads;
             if (s < plane_size) values[u] = load(s);
         }
 #pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u) {
+        for (int u = 0; u < kLoads; ++u) {
             const int s = first + u * kSumThreads;
             if (s < plane_size) use(s, values[u]);
         }
@@ -162,7 +165,7 @@ __global__ void __launch_bounds__(kSumThreads)
             float g;
             int halves;
         };
-        walk_plane(
+        walk_plane<kLoadsInFlight<T>>(
             plane_size,
             [&](int s) { return Loaded{to_float(dy[plane + s]), halves[plane + s]}; },
             [&](int s, Loaded v) {
