@@ -56,11 +56,11 @@ constexpr int kElementThreads = 256;
 // Blocks of the first pass of channel_sums v2, about: enough to keep every multiprocessor of a
 // large GPU busy several times over (132 on an H200).
 constexpr int kSumBlocks = 512;
-// min_add_mul_backward v3: the loads of T a thread has in flight (walk_plane). A
-// multiprocessor holds about 4 of the 512 blocks: 1,000 threads x 8 loads x 4 bytes = 32 KB in
-// flight, about what one SM's share of HBM's bandwidth needs at a microsecond of load latency.
-// Measured on P31's pass (H200, docs/notes.md): 16 in float took it from 0.870 to 0.799 ms
-// where 16 in bf16 took it from 0.604 to 0.667, so float has 16 and the 16-bit types 8.
+// min_add_mul_backward v3: the loads of T a thread has in flight (walk_plane). At a
+// microsecond of load latency one SM's share of HBM's bandwidth needs about 32 KB in flight:
+// 8 loads x 4 bytes x the 1,000 threads of about 4 of the 512 blocks. Measured on P31's pass
+// (H200, docs/notes.md), 16 did better in float (0.870 -> 0.799 ms; 73 registers, 3 blocks an
+// SM) and worse in bf16 (0.604 -> 0.667), so float has 16 and the 16-bit types 8.
 template <class T>
 constexpr int kLoadsInFlight = sizeof(T) == 4 ? 16 : 8;
 
