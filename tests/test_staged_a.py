@@ -7,9 +7,8 @@ TF32, 64 in 16 bits) with a channel row a multiple of 16 bytes.
 The shapes reach each edge of it: output rows shorter and longer than a tile, channels past the
 last whole k-block (read as zeros), padding and dilation (taps outside the image), two column
 tiles, batch 1, 1x1 and 5x5 kernels, P31's tail, and both tile sizes (128 pixels, or 64 where
-that shortens the slowest consumer's walk enough: small_tiles). In 16 bits, both stores: rows
-of an even number of pixels in even planes (transposed in registers) and the others (through
-shared memory), among them odd rows whose tiles start at an even pixel. The TF32 results are held to the
+that shortens the slowest consumer's walk enough: small_tiles), and odd rows in even planes
+(a tile starting at an even pixel, its last pixel stored alone). The TF32 results are held to the
 arithmetic v4 claims: operands rounded to the nearest TF32, products summed in fp32. Against
 float64 on the rounded operands they are then within 2e-5 (the tensor cores' fp32 sums, a
 truncation per k-step of 8 at most: 225 steps at K = 1800); an operand truncated instead of
