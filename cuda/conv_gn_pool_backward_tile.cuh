@@ -177,6 +177,13 @@ __device__ __forceinline__ long long input_offset(const FusedArgs<T>& a, const T
     inside = row >= 0 && row < a.height && col >= 0 && col < a.width;
     return inside ? v.image + (static_cast<long long>(ci) * a.height + row) * a.width + col : 0;
 }
+// Word i of raw: the pair of channel ci's region plane from element rc (even).
+template <int kMaxK>
+__device__ __forceinline__ void raw_pair(int i, int& ci, int& rc) {
+    constexpr int kPairs = Smem<kMaxK>::kXRows * Smem<kMaxK>::kXCols / 2;
+    ci = i / kPairs;
+    rc = 2 * (i % kPairs);
+}
 template <class T, int kMaxK, bool kFull>
 __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v, uint64_t policy) {
     using S = Smem<kMaxK>;
@@ -194,7 +201,8 @@ __device__ void load_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v, uint6
         }
     } else {
         for (int i = threadIdx.x; i < cin * kPlane / 2; i += blockDim.x) {
-            const int ci = i / (kPlane / 2), rc = 2 * (i % (kPlane / 2));
+            int ci, rc;
+            raw_pair<kMaxK>(i, ci, rc);
             const T* src = a.x + input_offset(a, v, ci, rc, inside);
             cp_async_or_zero<4>(&v.raw[i], reinterpret_cast<const float*>(src), inside, policy);
         }
@@ -230,7 +238,8 @@ __device__ void widen_tile(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
         const int cin = extent_of<kMaxK, kFull>(a).cin;
         if (!a.x_in_pairs) return;
         for (int i = threadIdx.x; i < cin * kPlane / 2; i += blockDim.x) {
-            const int ci = i / (kPlane / 2), rc = 2 * (i % (kPlane / 2));
+            int ci, rc;
+            raw_pair<kMaxK>(i, ci, rc);
             const T* pair = reinterpret_cast<const T*>(&v.raw[i]);
             v.xs[ci * S::kXPlane + rc] = to_float(pair[0]);
             v.xs[ci * S::kXPlane + rc + 1] = to_float(pair[1]);

@@ -144,8 +144,8 @@ def test_calls_the_fused_backward_does_not_cover_recompute(x_shape, w_shape):
 
 
 def test_the_fused_kernel_runs_where_the_gpu_lends_its_shared_memory():
-    # 174.5 KiB (3 x 3) or 211.2 KiB (5 x 5) a block: an H100 or H200 lends it, an A100 or an sm_86 /
-    # sm_89 GPU does not; the shape's rule holds everywhere.
+    # 174.5 KiB (3 x 3) or 211.2 KiB (5 x 5) a block: an H100 or H200 lends it, an A100 or an
+    # sm_86 / sm_89 GPU does not; the shape's rule holds everywhere.
     skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
     x = rand(1, 8, 12, 12)
     for w_shape, covered in (((64, 8, 3, 3), HOPPER), ((64, 8, 5, 5), HOPPER),
