@@ -37,6 +37,12 @@
 //                      channels swapped): the forward's implicit GEMM on the tensor cores
 //                      (conv_implicit.cu, 3xTF32), and neither dcols nor col2im's pass.
 //                      Strided convolutions (and padding past dil*(k-1)) keep v1.
+//   input gradient     (the half types on the wgmma engine) v2 on the implicit GEMM's v4:
+//   v3 dy staged       dy made channels-last, so that the copy engine stages each k-block
+//                      of A in shared memory and no thread gathers A; v2's kernel loaded
+//                      every value of dy from its channel plane once a tap. The copy takes
+//                      the workspace, so the batch runs in chunks of the images whose copy
+//                      the budget holds (v2 where not one does).
 //   weight gradient    (gemm_version = kGemmTensorCoreVersion) v1's product on the tensor
 //   v2 implicit,       cores, with neither of v1's written operands: A's rows are the taps of
 //   in slices          x read straight from NCHW (the forward's implicit GEMM with the roles
@@ -206,11 +212,14 @@ cudaError_t col2im_launch(const T* cols, T* dx, int batch, const Conv2dGeometry&
 template <class T>
 long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channels,
                                          const Conv2dGeometry& g, int gemm_version,
-                                         long long workspace_bytes) {
+                                         TensorCorePath engine, long long workspace_bytes) {
     const long long budget = workspace_bytes / static_cast<long long>(sizeof(T));
     if (on_tensor_cores(gemm_version) && !weight && input_grad_is_a_convolution(g)) {
         const FlippedWeights f = flipped_weights<T>(out_channels, g);
-        return f.flipped + f.packed;
+        const int staged = staged_dy_images<T>(batch, out_channels, g, engine, workspace_bytes);
+        return f.flipped + f.packed +
+               aligned_elements<T>(conv2d_implicit_channels_last_bytes<T>(
+                   staged, input_grad_geometry(g, out_channels)));
     }
     if (on_tensor_cores(gemm_version) && weight)
         return aligned_elements<T>(
@@ -227,7 +236,9 @@ cudaError_t conv2d_input_grad_launch(const T* dy, const T* weight, T* dx, int ba
                                      long long workspace_elements, cudaStream_t stream) {
     if (on_tensor_cores(gemm_version) && input_grad_is_a_convolution(g))
         return input_grad_as_convolution(dy, weight, dx, batch, out_channels, g, engine,
-                                         workspace, stream);
+                                         workspace,
+                                         workspace_elements * static_cast<long long>(sizeof(T)),
+                                         stream);
     if (on_tensor_cores(gemm_version)) gemm_version = kChainGemmVersion;
     const GradShape s = grad_shape(g);
     const GradWorkspace w = grad_workspace<T>(false, out_channels, g);
@@ -308,7 +319,7 @@ cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int b
     template cudaError_t col2im_launch<T>(const T*, T*, int, const Conv2dGeometry&,           \
                                           cudaStream_t);                                      \
     template long long conv2d_grad_workspace_elements<T>(bool, int, int, const Conv2dGeometry&, \
-                                                         int, long long);                     \
+                                                         int, TensorCorePath, long long);     \
     template cudaError_t conv2d_input_grad_launch<T>(const T*, const T*, T*, int, int,        \
                                                      const Conv2dGeometry&, int,              \
                                                      TensorCorePath, T*, long long,           \

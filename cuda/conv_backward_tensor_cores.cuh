@@ -13,11 +13,33 @@
 namespace scratchops {
 namespace {
 
-// Input gradient v2: dx = conv2d(dy, Wf, padding dil*(k-1) - pad) on the tensor cores.
+// Input gradient v2 on the implicit GEMM's v4 (conv_implicit.cu: A staged by the copy engine
+// from a channels-last copy, here of dy) where conv2d_implicit_stages_a holds for the flipped
+// convolution (the half types on the wgmma engine; fp32's input gradient stays 3xTF32, which v4
+// does not multiply): the images of dy whose channels-last copy the workspace holds after Wf and
+// its packing, at most the batch, which then runs in chunks of that many images; 0 where v4
+// does not apply or not one image fits (v1-v3 then read dy as it is).
+template <class T>
+int staged_dy_images(int batch, int out_channels, const Conv2dGeometry& g, TensorCorePath engine,
+                     long long workspace_bytes) {
+    const Conv2dGeometry flipped_g = input_grad_geometry(g, out_channels);
+    const long long per_image = conv2d_implicit_channels_last_bytes<T>(1, flipped_g);
+    if (batch <= 0 || per_image <= 0 || !conv2d_implicit_stages_a<T>(flipped_g, false, engine))
+        return 0;
+    const FlippedWeights f = flipped_weights<T>(out_channels, g);
+    const long long left =
+        workspace_bytes - (f.flipped + f.packed) * static_cast<long long>(sizeof(T));
+    const long long images = left > 0 ? left / per_image : 0;
+    return images < batch ? static_cast<int>(images) : batch;
+}
+
+// Input gradient v2: dx = conv2d(dy, Wf, padding dil*(k-1) - pad) on the tensor cores, in
+// chunks of staged_dy_images images where v4 stages dy (workspace_bytes: the workspace's size).
 template <class T>
 cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int batch,
                                       int out_channels, const Conv2dGeometry& g,
-                                      TensorCorePath engine, T* workspace, cudaStream_t stream) {
+                                      TensorCorePath engine, T* workspace,
+                                      long long workspace_bytes, cudaStream_t stream) {
     const Conv2dGeometry flipped_g = input_grad_geometry(g, out_channels);
     const FlippedWeights f = flipped_weights<T>(out_channels, g);
     T* flipped = workspace;
@@ -29,10 +51,23 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
     if (err != cudaSuccess) return err;
     // (the convolution packs the flipped weights into `packed` itself: conv2d_implicit_launch)
     void* packed = workspace + f.flipped;
-    return conv2d_implicit_launch<T>(dy, packed, nullptr, dx, batch, g.channels, flipped_g,
-                                     ConvTail<T>{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f},
-                                     /*tf32=*/false, engine, stream,
-                                     /*group_k_blocks=*/false, nullptr, flipped);
+    const ConvTail<T> none{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f};
+    const int staged = staged_dy_images<T>(batch, out_channels, g, engine, workspace_bytes);
+    if (staged == 0)
+        return conv2d_implicit_launch<T>(dy, packed, nullptr, dx, batch, g.channels, flipped_g,
+                                         none, /*tf32=*/false, engine, stream,
+                                         /*group_k_blocks=*/false, nullptr, flipped);
+    const long long dy_image = static_cast<long long>(out_channels) * g.out_h * g.out_w;
+    const long long dx_image = static_cast<long long>(g.channels) * g.height * g.width;
+    void* channels_last = workspace + f.flipped + f.packed;
+    for (int n0 = 0; n0 < batch && err == cudaSuccess; n0 += staged) {
+        const int count = batch - n0 < staged ? batch - n0 : staged;
+        err = conv2d_implicit_launch<T>(dy + n0 * dy_image, packed, nullptr, dx + n0 * dx_image,
+                                        count, g.channels, flipped_g, none, /*tf32=*/false,
+                                        engine, stream, /*group_k_blocks=*/false, channels_last,
+                                        flipped);
+    }
+    return err;
 }
 
 // Weight gradient v2's workspace: the float accumulator dWᵀ (K x Cout), then a chunk of

@@ -36,15 +36,16 @@ cudaError_t col2im_launch(const T* cols, T* dx, int batch, const Conv2dGeometry&
 // whole images: gemm_version 1-4 through im2col, col2im and that CUDA-core GEMM (v1 of
 // conv_backward.cu); kGemmTensorCoreVersion on the tensor cores of `engine`, fp32-accurate
 // (3xTF32; the half types: the single-product mode): the input gradient as a convolution
-// (stride 1; v1 otherwise), the weight gradient in ordered slices on gemm v9 (v2 of
-// conv_backward.cu). The workspace holds conv2d_grad_workspace_elements elements of T
-// (weight: for the weight gradient), 16-byte aligned: what the budget workspace_bytes allows,
-// but at least one image's chunk. The caller checks that one image's columns
+// (stride 1; v1 otherwise; v3 with dy staged channels-last where the engine and the budget
+// allow), the weight gradient in ordered slices on gemm v9 (v2 of conv_backward.cu). The
+// workspace holds conv2d_grad_workspace_elements elements of T (weight: for the weight
+// gradient), 16-byte aligned: what the budget workspace_bytes allows, but at least one image's
+// chunk. The caller checks that one image's columns
 // (C*kh*kw x out_h*out_w) hold fewer than 2^31 elements.
 template <class T>
 long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channels,
                                          const Conv2dGeometry& g, int gemm_version,
-                                         long long workspace_bytes);
+                                         TensorCorePath engine, long long workspace_bytes);
 template <class T>
 cudaError_t conv2d_input_grad_launch(const T* dy, const T* weight, T* dx, int batch,
                                      int out_channels, const Conv2dGeometry& g, int gemm_version,

@@ -143,7 +143,8 @@ def staged_a_kernels():
     """The implicit-GEMM conv's v4 (A staged by the copy engine from a channels-last copy):
     bf16 with B resident (one column tile) and in its ring (Cout 130), TF32 under torch's
     switch, P31's tail; rows shorter than a tile, a 72-channel input (a part block of
-    channels read past the tensor as zeros) and padding (boxes partly outside the image)."""
+    channels read past the tensor as zeros) and padding (boxes partly outside the image); the
+    bf16 input gradient, a convolution of dy on v4."""
     half = lambda *shape: r(*shape).to(torch.bfloat16)
     tol = max(HALF_TOL, 2 * torch.finfo(torch.bfloat16).eps)
     for cout in (70, 130):
@@ -161,6 +162,15 @@ def staged_a_kernels():
         check_kept("v4 bf16 conv2d_min_add_mul keeping", x, w, bias, b2)
     finally:
         torch.backends.cudnn.allow_tf32 = before
+    # The 16-bit input gradient on v4 (dy staged channels-last): chunks of one image (a
+    # workspace of about the fixed part and one image's copy) and one chunk.
+    x_shape, w, dy = (3, 16, 11, 140), half(64, 16, 3, 3), half(3, 64, 9, 138)
+    for ws in (600_000 + dy[0].numel() * 2, 1 << 30):
+        check(f"v4 bf16 conv2d input gradient ws={ws}",
+              torch.ops.scratchops._conv2d_input_grad(
+                  dy, w, list(x_shape), [1, 1], [0, 0], [1, 1], ws,
+                  scratchops.versions.GEMM_TENSOR_CORE_VERSION),
+              torch.nn.grad.conv2d_input(x_shape, w, dy), tol=tol)
 
 
 def check_grads(label, ours, ref, *inputs):

@@ -12,7 +12,10 @@ that shortens the slowest consumer's walk enough: small_tiles), and odd rows in 
 arithmetic v4 claims: operands rounded to the nearest TF32, products summed in fp32. Against
 float64 on the rounded operands they are then within 2e-5 (the tensor cores' fp32 sums, a
 truncation per k-step of 8 at most: 225 steps at K = 1800); an operand truncated instead of
-rounded puts them about 1e-4 away even at K = 128. The profiler shows that v4 ran."""
+rounded puts them about 1e-4 away even at K = 128. The profiler shows that v4 ran.
+
+The input gradient of a 16-bit convolution is itself a convolution of dy, and runs on v4 too
+(conv_backward.cu's input gradient v3): its last test."""
 
 import math
 import re
@@ -195,3 +198,52 @@ def test_not_staged_where_the_rule_says_no(tf32_allowed):
     torch.testing.assert_close(strided(), F.conv2d(x, w, None, 2), atol=1e-4, rtol=1e-4)
     torch.backends.cudnn.allow_tf32 = False
     assert not ran_v4(lambda: scratchops.conv2d(x, w))
+
+
+def v4_launches(call):
+    """How many of v4's kernels `call` launched."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return sum(e.count for e in prof.key_averages() if KERNEL in e.key)
+
+
+# x_shape, w_shape, padding, dilation of a convolution whose input gradient runs on v4 in 16 bits
+# (conv_backward.cu's input gradient v3: a convolution of dy, its channels the reduction)
+INPUT_GRAD_CASES = [
+    ((5, 16, 40, 150), (64, 16, 3, 3), 0, 1),   # dx rows of 150: two tiles, the second partial
+    ((3, 8, 17, 33), (136, 8, 3, 3), 1, 2),     # dy's channels past a whole block; dilated
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("x_shape,w_shape,padding,dilation", INPUT_GRAD_CASES,
+                         ids=["two-tiles-a-row", "partial-block-dilated"])
+def test_half_input_gradient_stages_dy(dtype, x_shape, w_shape, padding, dilation):
+    """The input gradient in 16 bits with dy staged channels-last: the batch in one chunk
+    where the workspace holds dy's copy, in chunks of two images where it holds two (the
+    first case: the fixed part, Wf and its packing, is under 1 MB and an image of dy is
+    720 KB), and v2 (no v4 kernel) where it holds not one image. Each against torch's input
+    gradient in the dtype and float64; the chunks give the bits of one chunk."""
+    x = rand(*x_shape, dtype=dtype)
+    w = (rand(*w_shape) / math.prod(w_shape[1:]) ** 0.5).to(dtype)
+    with torch.no_grad():
+        dy = rand(*F.conv2d(x, w, None, 1, padding, dilation).shape, dtype=dtype)
+    ref = torch.nn.grad.conv2d_input(x_shape, w, dy, 1, padding, dilation)
+    ref64 = torch.nn.grad.conv2d_input(x_shape, w.double(), dy.double(), 1, padding, dilation)
+    per_image = dy[0].numel() * dy.element_size()
+    budgets = {"one-chunk": (scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES, 1),
+               "not-staged": (1, 0)}
+    if x_shape[0] == 5:
+        budgets["chunks"] = (2**20 + 2 * per_image, 3)  # images 2, 2 and 1
+    outs = {}
+    for name, (budget, launches) in budgets.items():
+        call = lambda budget=budget: torch.ops.scratchops._conv2d_input_grad(  # noqa: E731
+            dy, w, list(x_shape), [1, 1], [padding] * 2, [dilation] * 2, budget,
+            scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+        poison_next(*x_shape, dtype=dtype)
+        outs[name] = call()
+        assert_half_matches(outs[name], ref, ref64)
+        assert v4_launches(call) == launches, name
+    if "chunks" in outs:
+        assert torch.equal(outs["chunks"], outs["one-chunk"])

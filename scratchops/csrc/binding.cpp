@@ -730,7 +730,7 @@ Tensor conv2d_input_grad_cuda(const Tensor& grad, const Tensor& weight, IntArray
                        [&](auto e, auto* dx, cudaStream_t s) {
         using T = typename decltype(e)::type;
         const long long elements = conv2d_grad_workspace_elements<T>(
-            false, i32(input_size[0]), i32(weight.size(0)), g, i32(gemm_version),
+            false, i32(input_size[0]), i32(weight.size(0)), g, i32(gemm_version), engine,
             workspace_bytes);
         const at::DataPtr ws = workspace(elements * static_cast<long long>(sizeof(T)));
         return conv2d_input_grad_launch<T>(data<T>(grad), data<T>(weight), dx,
@@ -760,7 +760,8 @@ Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef 
             return batch_sum_launch<T, T>(nullptr, nullptr, dw, 0,
                                           i32(c10::multiply_integers(weight_size)), s);
         const long long elements = conv2d_grad_workspace_elements<T>(
-            true, i32(x.size(0)), i32(weight_size[0]), g, i32(gemm_version), workspace_bytes);
+            true, i32(x.size(0)), i32(weight_size[0]), g, i32(gemm_version), engine,
+            workspace_bytes);
         const at::DataPtr ws = workspace(elements * static_cast<long long>(sizeof(T)));
         return conv2d_weight_grad_launch<T>(data<T>(grad), data<T>(x), dw, i32(x.size(0)),
                                             i32(weight_size[0]), g, i32(gemm_version), engine,
