@@ -152,11 +152,22 @@ struct ConvStore {
                 stage_pairs<kTail, kFactorInT, BN, MB, kStride>(acc, tc, chunk, stage, params);
             else
                 stage_values<kTail, BN, MB, kStride>(acc, tc, chunk, stage, params);
-            if constexpr (kTail)
-                if (tail.halves != nullptr) keep_halves<BN, MB>(acc, tc, chunk, params);
             named_barrier_sync(barrier, kWarpgroupThreads);
-            store_stage<MB, kChannels, kStride>(tc, tc.n0 + chunk * kChannels, stage);
+            store_stage<MB, kChannels, kStride>(tc, tc.n0 + chunk * kChannels, stage, y);
             named_barrier_sync(barrier, kWarpgroupThreads);  // (the stage is rewritten next)
+            if constexpr (kTail) {
+                if (tail.halves != nullptr) {  // the chunk's halves the same way, as bytes
+                    constexpr int kHalvesStride = 64 * MB + 4;
+                    static_assert(kChannels * kHalvesStride <= kChannels * kStride * sizeof(T),
+                                  "the halves' bytes fit in the values' stage");
+                    auto* bytes = reinterpret_cast<uint8_t*>(stage);
+                    stage_halves<BN, MB, kHalvesStride>(acc, tc, chunk, bytes, params);
+                    named_barrier_sync(barrier, kWarpgroupThreads);
+                    store_stage<MB, kChannels, kHalvesStride>(tc, tc.n0 + chunk * kChannels,
+                                                              bytes, tail.halves);
+                    named_barrier_sync(barrier, kWarpgroupThreads);
+                }
+            }
         }
     }
 
@@ -242,51 +253,51 @@ struct ConvStore {
             }
         }
     }
-    // Chunk `chunk`'s halves (keeps_halves) straight from the accumulators to tail.halves, a
-    // byte at a time (training only: the inference store pays one test a chunk): tile column
-    // col = 8 nb + 2 t + c (nb = 2 chunk + b) is output channel n0 + col, whose plane of
-    // image tc.batch starts at (batch Cout + co) pixels, the tile's pixels at p0 in it.
-    template <int BN, int MB>
-    __device__ void keep_halves(const float (&acc)[MB][BN / 2], const TileCoords& tc, int chunk,
-                                const float* params) const {
-        const int pixels = f.g.out_h * f.g.out_w, t = tc.lane % 4;
+    // Chunk `chunk`'s halves (keeps_halves; training only: the inference store pays one test
+    // a chunk) into the stage as bytes, tile column col = 8 nb + 2 t + c (nb = 2 chunk + b) in
+    // stage row 8 b + 2 t + c, pixel tile_row(mb, h); store_stage then writes whole channel
+    // rows of them, as of the values. (Stored straight from the accumulators, a warp's bytes
+    // fell in four runs of 8 bytes, a quarter of a sector each.) kHalvesStride = 4 (mod 8) bytes:
+    // a store's four runs of 8 bytes (t 0-3, lane / 4 0-7) fall in eight different banks.
+    template <int BN, int MB, int kHalvesStride>
+    __device__ void stage_halves(const float (&acc)[MB][BN / 2], const TileCoords& tc, int chunk,
+                                 uint8_t* stage, const float* params) const {
+        const int t = tc.lane % 4;
         const float limit = rounded<T>(tail.constant);
-        const long long p0 = tc.m0 - static_cast<long long>(tc.batch) * pixels;
 #pragma unroll
         for (int b = 0; b < 2; ++b)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const int nb = 2 * chunk + b, col = 8 * nb + 2 * t + c, co = tc.n0 + col;
-                if (co >= f.cout) continue;
-                uint8_t* to = tail.halves + (static_cast<long long>(tc.batch) * f.cout + co) *
-                                                pixels + p0;
+                const int nb = 2 * chunk + b, col = 8 * nb + 2 * t + c;
+                uint8_t* row = stage + (8 * b + 2 * t + c) * kHalvesStride;
 #pragma unroll
                 for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int row = tc.template tile_row<MB>(mb, h);
-                        if (row < tc.rows)
-                            to[row] = halves_of(acc[mb][4 * nb + 2 * h + c], params[col], limit);
-                    }
+                    for (int h = 0; h < 2; ++h)
+                        row[tc.template tile_row<MB>(mb, h)] =
+                            halves_of(acc[mb][4 * nb + 2 * h + c], params[col], limit);
             }
     }
-    // The stage's channels co0 .. co0 + kChannels - 1 to y: warp w stores rows w, w + 4, ...
-    // of it, each tc.rows pixels from y's (n, co, p0), where the row's pixels start at an
-    // even element two a lane (a pair's bits: one access), otherwise one. Every access of a
-    // store is predicated, not branched around: a warp's stores differ only at a row's end.
-    template <int MB, int kChannels, int kStride>
-    __device__ void store_stage(const TileCoords& tc, int co0, const T* stage) const {
+    // The stage's channels co0 .. co0 + kChannels - 1 to `dest` (y, or the halves: E is T or
+    // their byte), laid out as y: warp w stores rows w, w + 4, ... of it, each tc.rows pixels
+    // from dest's (n, co, p0), where the row's pixels start at an even element two a lane (a
+    // pair's bits: one access), otherwise one. Every access of a store is predicated, not
+    // branched around: a warp's stores differ only at a row's end.
+    template <int MB, int kChannels, int kStride, class E>
+    __device__ void store_stage(const TileCoords& tc, int co0, const E* stage, E* dest) const {
         constexpr int kRowsAWarp = kChannels / 4, kPixels = 64 * MB;
         const int pixels = f.g.out_h * f.g.out_w;
-        // Output channel co's pixels of the tile start at y + (n Cout + co) pixels + p0.
+        // Output channel co's pixels of the tile start at dest + (n Cout + co) pixels + p0.
         const long long p0 = tc.m0 - static_cast<long long>(tc.batch) * pixels;
         const int first = co0 + tc.warp;  // this warp's first channel, then every 4th
-        T* to = y + (static_cast<long long>(tc.batch) * f.cout + first) * pixels + p0;
+        E* to = dest + (static_cast<long long>(tc.batch) * f.cout + first) * pixels + p0;
         const long long next_row = 4LL * pixels;
-        const T* from = stage + tc.warp * kStride;
+        const E* from = stage + tc.warp * kStride;
         if ((tc.m0 % 2 == 0) && (pixels % 2 == 0)) {
-            using Bits = std::conditional_t<sizeof(T) == 4, uint2, uint32_t>;  // a pair
-            using LowBits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
+            using Bits = std::conditional_t<  // a pair
+                sizeof(E) == 4, uint2, std::conditional_t<sizeof(E) == 2, uint32_t, uint16_t>>;
+            using LowBits = std::conditional_t<
+                sizeof(E) == 4, uint32_t, std::conditional_t<sizeof(E) == 2, uint16_t, uint8_t>>;
             Bits v[kRowsAWarp][kPixels / 64];
 #pragma unroll
             for (int row = 0; row < kRowsAWarp; ++row)
@@ -310,7 +321,7 @@ struct ConvStore {
                 }
             }
         } else {
-            T v[kRowsAWarp][kPixels / 32];
+            E v[kRowsAWarp][kPixels / 32];
 #pragma unroll
             for (int row = 0; row < kRowsAWarp; ++row)
 #pragma unroll

@@ -111,7 +111,7 @@ __device__ __forceinline__ uint32_t pair_bits(V v) {
 template <class T>
 __host__ __device__ constexpr bool is_half_type() { return sizeof(T) == 2; }
 
-// A pair's bits (uint2: two floats; uint32_t: two 16-bit values) stored to global memory as
+// A pair's bits (uint2: two floats; uint32_t: two 16-bit values; uint16_t: two bytes) stored to global memory as
 // one access, p aligned to its size. (The 8-byte store is spelled out: left to itself, the
 // compiler split some of v4's into two 4-byte stores, each touching as many sectors.)
 __device__ __forceinline__ void store_pair_bits(void* p, uint2 v) {
@@ -119,6 +119,9 @@ __device__ __forceinline__ void store_pair_bits(void* p, uint2 v) {
 }
 __device__ __forceinline__ void store_pair_bits(void* p, uint32_t v) {
     *static_cast<uint32_t*>(p) = v;
+}
+__device__ __forceinline__ void store_pair_bits(void* p, uint16_t v) {  // (two bytes)
+    *static_cast<uint16_t*>(p) = v;
 }
 
 // Four consecutive elements as one load or store of 4 * sizeof(T) bytes (16 for float, 8 for
