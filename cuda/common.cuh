@@ -51,6 +51,17 @@ __device__ __forceinline__ float nan_min(float a, float b) {
 __host__ __device__ __forceinline__ uint8_t min_gradient_halves(float v, float c) {
     return v > c ? 0 : v == c ? 1 : 2;
 }
+// The same rule on a pair of 16-bit values (__half2, __nv_bfloat162) against a pair of limits,
+// as two bytes (the low value's in the low byte): 2 - 2 (v > c) - (v == c) each, from the paired
+// compares' masks (0xffff a true half; a NaN compares false, as above).
+template <class V>
+__device__ __forceinline__ uint16_t min_gradient_halves_pair(V v, V c) {
+    const uint32_t greater = __hgt2_mask(v, c) & 0x00010001u;  // bit 0: low value, 16: high
+    const uint32_t equal = __heq2_mask(v, c) & 0x00010001u;
+    const uint32_t g = (greater | (greater >> 8)) & 0x0101u;  // bit 16 -> bit 8: byte 1
+    const uint32_t e = (equal | (equal >> 8)) & 0x0101u;
+    return static_cast<uint16_t>(0x0202u - 2 * g - e);
+}
 
 // A warpgroup: four consecutive warps, the unit a wgmma works in; the tensor-core kernels lay
 // their threads out in warpgroups on every engine.

@@ -130,43 +130,57 @@ struct ConvStore {
     __device__ void store_staged(const float (&acc)[MB][BN / 2], const TileCoords& tc, T* stage,
                                  const float* params, int barrier) const {
         // (The tail decided once a tile, not once a value: each branch is a kernel of its own.
-        // A factor that is a value of T multiplies pairs exactly; another goes through float.)
+        // A factor that is a value of T multiplies pairs exactly; another goes through float.
+        // Keeping the halves is a branch of its own too: inference computes none.)
+        const bool keep = keeps_halves();
         if (tail.kind != ConvTail<T>::kMinAddMul)
-            store_staged_as<false, true, BN, MB, kChannels, kStride>(acc, tc, stage, params,
-                                                                     barrier);
+            store_staged_as<false, true, false, BN, MB, kChannels, kStride>(acc, tc, stage,
+                                                                            params, barrier);
         else if (!is_half_type<T>() || rounded<T>(tail.factor) == tail.factor)
-            store_staged_as<true, true, BN, MB, kChannels, kStride>(acc, tc, stage, params,
-                                                                    barrier);
+            keep ? store_staged_as<true, true, true, BN, MB, kChannels, kStride>(
+                       acc, tc, stage, params, barrier)
+                 : store_staged_as<true, true, false, BN, MB, kChannels, kStride>(
+                       acc, tc, stage, params, barrier);
         else
-            store_staged_as<true, false, BN, MB, kChannels, kStride>(acc, tc, stage, params,
-                                                                     barrier);
+            keep ? store_staged_as<true, false, true, BN, MB, kChannels, kStride>(
+                       acc, tc, stage, params, barrier)
+                 : store_staged_as<true, false, false, BN, MB, kChannels, kStride>(
+                       acc, tc, stage, params, barrier);
     }
-    template <bool kTail, bool kFactorInT, int BN, int MB, int kChannels, int kStride>
+    // kKeep: the chunk's halves after its values, through the same stage as bytes (in 16 bits
+    // found by stage_pairs beside the values, in float by stage_halves), then stored as whole
+    // channel rows too. (Stored straight from the accumulators, a warp's byte stores fell in
+    // four runs of 8 bytes, a quarter of a sector each.)
+    template <bool kTail, bool kFactorInT, bool kKeep, int BN, int MB, int kChannels,
+              int kStride>
     __device__ void store_staged_as(const float (&acc)[MB][BN / 2], const TileCoords& tc,
                                     T* stage, const float* params, int barrier) const {
         static_assert(kChannels == 16, "a chunk: two column blocks of 8, one stmatrix x4");
         static_assert(kStride % (16 / sizeof(T)) == 0, "stmatrix's rows: 16-byte aligned");
+        constexpr int kHalvesStride = 64 * MB + 4;  // (stage_halves says why)
+        static_assert(kChannels * kHalvesStride <= kChannels * kStride * sizeof(T),
+                      "the halves' bytes fit in the values' stage");
 #pragma unroll
         for (int chunk = 0; chunk < BN / kChannels; ++chunk) {
+            uint16_t kept[MB][4];  // (16-bit T, kKeep: stage_pairs' halves of the chunk)
             if constexpr (is_half_type<T>())
-                stage_pairs<kTail, kFactorInT, BN, MB, kStride>(acc, tc, chunk, stage, params);
+                stage_pairs<kTail, kFactorInT, kKeep, BN, MB, kStride>(acc, tc, chunk, stage,
+                                                                       params, kept);
             else
                 stage_values<kTail, BN, MB, kStride>(acc, tc, chunk, stage, params);
             named_barrier_sync(barrier, kWarpgroupThreads);
             store_stage<MB, kChannels, kStride>(tc, tc.n0 + chunk * kChannels, stage, y);
             named_barrier_sync(barrier, kWarpgroupThreads);  // (the stage is rewritten next)
-            if constexpr (kTail) {
-                if (tail.halves != nullptr) {  // the chunk's halves the same way, as bytes
-                    constexpr int kHalvesStride = 64 * MB + 4;
-                    static_assert(kChannels * kHalvesStride <= kChannels * kStride * sizeof(T),
-                                  "the halves' bytes fit in the values' stage");
-                    auto* bytes = reinterpret_cast<uint8_t*>(stage);
+            if constexpr (kKeep) {
+                auto* bytes = reinterpret_cast<uint8_t*>(stage);
+                if constexpr (is_half_type<T>())
+                    stage_kept_pairs<MB, kHalvesStride>(tc, kept, bytes);
+                else
                     stage_halves<BN, MB, kHalvesStride>(acc, tc, chunk, bytes, params);
-                    named_barrier_sync(barrier, kWarpgroupThreads);
-                    store_stage<MB, kChannels, kHalvesStride>(tc, tc.n0 + chunk * kChannels,
-                                                              bytes, tail.halves);
-                    named_barrier_sync(barrier, kWarpgroupThreads);
-                }
+                named_barrier_sync(barrier, kWarpgroupThreads);
+                store_stage<MB, kChannels, kHalvesStride>(tc, tc.n0 + chunk * kChannels, bytes,
+                                                          tail.halves);
+                named_barrier_sync(barrier, kWarpgroupThreads);
             }
         }
     }
@@ -180,9 +194,11 @@ struct ConvStore {
     // pair (columns 8 nb + 2 t, + 1 at row lane / 4 + 8 h) of column block nb = 2 chunk + j / 2,
     // half h = j % 2; lane 8 j + i addresses stage row (channel) 8 (j / 2) + i from pixel
     // mb 64 + warp 16 + 8 h, where matrix j's column i, 8 pixels of that channel, lands.
-    template <bool kTail, bool kFactorInT, int BN, int MB, int kStride>
+    // kKeep: kept[mb][jj] = the pair's halves (min_gradient_halves_pair of the rounded conv +
+    // bias, before the tail), the bytes of channels 8 b + 2 t and + 1 at that pixel.
+    template <bool kTail, bool kFactorInT, bool kKeep, int BN, int MB, int kStride>
     __device__ void stage_pairs(const float (&acc)[MB][BN / 2], const TileCoords& tc, int chunk,
-                                T* stage, const float* params) const {
+                                T* stage, const float* params, uint16_t (&kept)[MB][4]) const {
         using Ops = PairOf<T>;
         using V = typename Ops::type;
         const int t = tc.lane % 4, j = tc.lane / 8, i = tc.lane % 8;
@@ -208,6 +224,7 @@ struct ConvStore {
                 V v = __hadd2_rn(Ops::rounded_pair(acc[mb][4 * nb + 2 * h],
                                                    acc[mb][4 * nb + 2 * h + 1]),
                                  add[b]);  // torch's conv2d: the product rounded, + bias
+                if constexpr (kKeep) kept[mb][jj] = min_gradient_halves_pair(v, limits);
                 if constexpr (kTail) {     // min(v, c) + bias2, rounded, times the factor
                     v = __hadd2_rn(__hmin2_nan(v, limits), add2[b]);
                     if constexpr (kFactorInT) {
@@ -253,12 +270,11 @@ struct ConvStore {
             }
         }
     }
-    // Chunk `chunk`'s halves (keeps_halves; training only: the inference store pays one test
-    // a chunk) into the stage as bytes, tile column col = 8 nb + 2 t + c (nb = 2 chunk + b) in
-    // stage row 8 b + 2 t + c, pixel tile_row(mb, h); store_stage then writes whole channel
-    // rows of them, as of the values. (Stored straight from the accumulators, a warp's bytes
-    // fell in four runs of 8 bytes, a quarter of a sector each.) kHalvesStride = 4 (mod 8) bytes:
-    // a store's four runs of 8 bytes (t 0-3, lane / 4 0-7) fall in eight different banks.
+    // Chunk `chunk`'s halves (float: a value at a time) into the stage as bytes, tile column
+    // col = 8 nb + 2 t + c (nb = 2 chunk + b) in stage row 8 b + 2 t + c, pixel
+    // tile_row(mb, h); store_stage then writes whole channel rows of them, as of the values.
+    // kHalvesStride = 4 (mod 8) bytes: a store's four runs of 8 bytes (t 0-3, lane / 4 0-7)
+    // fall in eight different banks.
     template <int BN, int MB, int kHalvesStride>
     __device__ void stage_halves(const float (&acc)[MB][BN / 2], const TileCoords& tc, int chunk,
                                  uint8_t* stage, const float* params) const {
@@ -276,6 +292,22 @@ struct ConvStore {
                     for (int h = 0; h < 2; ++h)
                         row[tc.template tile_row<MB>(mb, h)] =
                             halves_of(acc[mb][4 * nb + 2 * h + c], params[col], limit);
+            }
+    }
+    // The same from stage_pairs' kept pairs (16-bit T): pair jj of row block mb holds the bytes
+    // of stage rows 8 b + 2 t and + 1 (b = jj / 2) at pixel tile_row(mb, jj % 2).
+    template <int MB, int kHalvesStride>
+    __device__ void stage_kept_pairs(const TileCoords& tc, const uint16_t (&kept)[MB][4],
+                                     uint8_t* stage) const {
+        const int t = tc.lane % 4;
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                uint8_t* at = stage + (8 * (jj / 2) + 2 * t) * kHalvesStride +
+                              tc.template tile_row<MB>(mb, jj % 2);
+                at[0] = static_cast<uint8_t>(kept[mb][jj]);
+                at[kHalvesStride] = static_cast<uint8_t>(kept[mb][jj] >> 8);
             }
     }
     // The stage's channels co0 .. co0 + kChannels - 1 to `dest` (y, or the halves: E is T or
