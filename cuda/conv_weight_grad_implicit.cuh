@@ -160,14 +160,35 @@ struct DyColumns {
     Slices s;
     OutputRows rows;
     int first_entry;  // as WeightGradRows's
-    __device__ float operator()(int entry, int co, int k) const {
-        const int row = k / s.row_len, ow = k - row * s.row_len;
+    FastDiv by_row_len;  // s.row_len
+    // Where slot k of the entry's output rows lies in dy: nullptr in the padding (channels
+    // past cout, slots past OW or past the last row), with `left` of the row's pixels from it.
+    __device__ const T* at(int entry, int co, int k, int& left) const {
+        const int row = by_row_len.div(k), ow = k - row * s.row_len;
         const int global_row = (first_entry + entry) * s.rows_per_slice + row;
+        left = out_w - ow;
         if (co >= cout || row >= s.rows_per_slice || ow >= out_w || global_row >= s.total_rows)
-            return 0.0f;
+            return nullptr;
         int n, oh;
         rows.split(global_row, n, oh);
-        return to_float(dy[((n * cout + co) * rows.out_h + oh) * out_w + ow]);
+        return dy + ((n * cout + co) * rows.out_h + oh) * out_w + ow;
+    }
+    __device__ float operator()(int entry, int co, int k) const {
+        int left;
+        const T* p = at(entry, co, k, left);
+        return p != nullptr ? to_float(*p) : 0.0f;
+    }
+    // Slots k and k + 1 (k even: with row_len even, one output row) together, one 4-byte
+    // load where the pair is a whole aligned pair of 16-bit values (PackItem::gather's pairs).
+    __device__ float2 pair(int entry, int co, int k) const {
+        int left;
+        const T* p = at(entry, co, k, left);
+        if (p == nullptr) return make_float2(0.0f, 0.0f);
+        if (left < 2) return make_float2(to_float(p[0]), 0.0f);  // the row's last pixel
+        if constexpr (is_half_type<T>())
+            if (reinterpret_cast<std::uintptr_t>(p) % 4 == 0)
+                return PairOf<T>::widened(*reinterpret_cast<const typename PairOf<T>::type*>(p));
+        return make_float2(to_float(p[0]), to_float(p[1]));
     }
 };
 
@@ -208,7 +229,9 @@ cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeome
     const tc::PackedB layout = tc::packed_b_layout<Op>(kTcBN, out_channels, s.slice_len(),
                                                         entries);
     cudaError_t err = tc::pack_b<kTcBN, Op, false, /*kDeferCross=*/true>(
-        DyColumns<T>{dy, out_channels, g.out_w, s, rows, entry0}, packed, layout, stream);
+        DyColumns<T>{dy, out_channels, g.out_w, s, rows, entry0,
+                     FastDiv(static_cast<uint32_t>(s.row_len))},
+        packed, layout, stream);
     if (err != cudaSuccess) return err;
     const WeightGradRows<T, Op> loader{
         x, g, s, rows, entry0,

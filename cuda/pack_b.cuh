@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include <cooperative_groups.h>
@@ -17,6 +18,23 @@
 
 namespace scratchops {
 namespace tc {
+
+// A Source that can also give two consecutive k at once (src.pair(entry, n, k), k even), and
+// whether an item's values j and j + 1 (j even) are consecutive k in the packed order, so
+// that gather may ask for them as pairs: in 16 bits in either order (physical_k keeps a
+// register's two k together), in TF32 only in the natural one.
+template <class S, class = void>
+struct PairSource : std::false_type {};
+template <class S>
+struct PairSource<S, std::void_t<decltype(&S::pair)>> : std::true_type {};
+template <class Op, bool kNaturalK>
+__host__ __device__ constexpr bool pairs_consecutive() {
+    for (int L = 0; L < Operand<Op>::kBlockK; L += 2)
+        if (packed_k<Op, kNaturalK>(L + 1) != packed_k<Op, kNaturalK>(L) + 1 ||
+            packed_k<Op, kNaturalK>(L) % 2 != 0)
+            return false;
+    return true;
+}
 
 // One work item of a stage (stage = (entry * n_tiles + tile) * num_kb + kb, item < 8 BN): the
 // 16-byte chunk c = item % 8 of row n = item / 8, which holds logical columns 4c .. 4c + 3 of
@@ -40,10 +58,20 @@ struct PackItem {
         const int tile = (stage / layout.num_kb) % layout.n_tiles;
         const int entry = stage / (layout.num_kb * layout.n_tiles);
         const int c = item % 8, n = item / 8;
+        auto k_of = [&](int j) {
+            return kb * Operand<Op>::kBlockK + packed_k<Op, kNaturalK>(kValues * c + j);
+        };
+        if constexpr (PairSource<Source>::value && pairs_consecutive<Op, kNaturalK>()) {
 #pragma unroll
-        for (int j = 0; j < kValues; ++j)
-            values[j] = src(entry, tile * BN + n,
-                            kb * Operand<Op>::kBlockK + packed_k<Op, kNaturalK>(kValues * c + j));
+            for (int j = 0; j < kValues; j += 2) {  // (k_of(j + 1) = k_of(j) + 1)
+                const float2 v = src.pair(entry, tile * BN + n, k_of(j));
+                values[j] = v.x;
+                values[j + 1] = v.y;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < kValues; ++j) values[j] = src(entry, tile * BN + n, k_of(j));
+        }
     }
 
     // kCross: the cross tile too (pack_b with its cross tiles deferred stores them apart:

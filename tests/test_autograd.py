@@ -326,6 +326,36 @@ def test_tensor_core_weight_gradient_over_chunks_and_slices(x_shape, w_shape, st
         assert err <= 4 * (ref.double() - ref64).abs().max().item() + 2 * HALF_GRAD_TOL * scale
 
 
+@pytest.mark.parametrize("engine", ENGINES or ["none"])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_half_weight_gradient_reads_dy_in_pairs_or_alone(dtype, engine):
+    # The 16-bit weight gradient's packing of dy reads two pixels of a row with one 4-byte load
+    # where they are an aligned pair, otherwise one at a time: rows of 23 pixels (the pairs'
+    # parity alternates with the row's, each row's last pixel alone) and dy one element into its
+    # storage (no aligned pair at all) give the same bits, within the half rule of torch.
+    skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
+    if engine == "none":
+        pytest.skip(NO_TENSOR_CORES_REASON)
+    x, w_shape = rand(3, 6, 21, 26, dtype=dtype), (5, 6, 3, 4)
+    dy = rand(3, 5, 19, 23, dtype=dtype)
+    shifted = torch.empty(dy.numel() + 1, dtype=dtype, device="cuda")[1:].view(dy.shape)
+    shifted.copy_(dy)
+
+    def ours(d):
+        with scratchops.tensor_core_path(engine):
+            return torch.ops.scratchops._conv2d_weight_grad(
+                d, x, list(w_shape), [1, 1], [0, 0], [1, 1],
+                scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+                scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+    out = ours(dy)
+    assert torch.equal(ours(shifted), out)
+    ref = torch.nn.grad.conv2d_weight(x, w_shape, dy)
+    ref64 = torch.nn.grad.conv2d_weight(x.double(), w_shape, dy.double())
+    scale = ref64.abs().max().item()
+    err = (out.double() - ref64).abs().max().item()
+    assert err <= 4 * (ref.double() - ref64).abs().max().item() + 2 * HALF_GRAD_TOL * scale
+
+
 @pytest.mark.parametrize("with_other", [False, True])
 @pytest.mark.parametrize("shape", [(11, 100, 7, 5), (3, 600, 2, 2), (1, 1, 1, 1), (130, 3, 9, 1)])
 def test_channel_sums_over_ranges_of_images(shape, with_other):
