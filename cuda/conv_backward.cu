@@ -37,7 +37,11 @@
 //                      channels swapped): the forward's implicit GEMM on the tensor cores
 //                      (conv_implicit.cu, 3xTF32), and neither dcols nor col2im's pass.
 //                      Strided convolutions (and padding past dil*(k-1)) keep v1.
-//   input gradient     (the half types on the wgmma engine) v2 on the implicit GEMM's v4:
+//                      In float, where torch allows TF32 (binding.cpp: conv_grad_tf32), the
+//                      tensor-core gradients (v2, v3) take the forward's TF32 mode: one TF32
+//                      product per fp32 product, as cuDNN's gradients then compute.
+//   input gradient     (single products on the wgmma engine: the half types, TF32) v2 on the
+//                      implicit GEMM's v4:
 //   v3 dy staged       dy made channels-last, so that the copy engine stages each k-block
 //                      of A in shared memory and no thread gathers A; v2's kernel loaded
 //                      every value of dy from its channel plane once a tap. The copy takes
@@ -212,11 +216,13 @@ cudaError_t col2im_launch(const T* cols, T* dx, int batch, const Conv2dGeometry&
 template <class T>
 long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channels,
                                          const Conv2dGeometry& g, int gemm_version,
-                                         TensorCorePath engine, long long workspace_bytes) {
+                                         TensorCorePath engine, bool tf32,
+                                         long long workspace_bytes) {
     const long long budget = workspace_bytes / static_cast<long long>(sizeof(T));
     if (on_tensor_cores(gemm_version) && !weight && input_grad_is_a_convolution(g)) {
         const FlippedWeights f = flipped_weights<T>(out_channels, g);
-        const int staged = staged_dy_images<T>(batch, out_channels, g, engine, workspace_bytes);
+        const int staged =
+            staged_dy_images<T>(batch, out_channels, g, engine, tf32, workspace_bytes);
         return f.flipped + f.packed +
                aligned_elements<T>(conv2d_implicit_channels_last_bytes<T>(
                    staged, input_grad_geometry(g, out_channels)));
@@ -232,10 +238,10 @@ long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channel
 template <class T>
 cudaError_t conv2d_input_grad_launch(const T* dy, const T* weight, T* dx, int batch,
                                      int out_channels, const Conv2dGeometry& g, int gemm_version,
-                                     TensorCorePath engine, T* workspace,
+                                     TensorCorePath engine, bool tf32, T* workspace,
                                      long long workspace_elements, cudaStream_t stream) {
     if (on_tensor_cores(gemm_version) && input_grad_is_a_convolution(g))
-        return input_grad_as_convolution(dy, weight, dx, batch, out_channels, g, engine,
+        return input_grad_as_convolution(dy, weight, dx, batch, out_channels, g, engine, tf32,
                                          workspace,
                                          workspace_elements * static_cast<long long>(sizeof(T)),
                                          stream);
@@ -269,10 +275,11 @@ cudaError_t conv2d_input_grad_launch(const T* dy, const T* weight, T* dx, int ba
 template <class T>
 cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int batch,
                                       int out_channels, const Conv2dGeometry& g, int gemm_version,
-                                      TensorCorePath engine, T* workspace,
+                                      TensorCorePath engine, bool tf32, T* workspace,
                                       long long workspace_elements, cudaStream_t stream) {
     if (on_tensor_cores(gemm_version))
-        return weight_grad_implicit(dy, x, dweight, batch, out_channels, g, engine, workspace,
+        return weight_grad_implicit(dy, x, dweight, batch, out_channels, g, engine, tf32,
+                                    workspace,
                                     workspace_elements * static_cast<long long>(sizeof(T)),
                                     stream);
     const GradShape s = grad_shape(g);
@@ -319,14 +326,15 @@ cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int b
     template cudaError_t col2im_launch<T>(const T*, T*, int, const Conv2dGeometry&,           \
                                           cudaStream_t);                                      \
     template long long conv2d_grad_workspace_elements<T>(bool, int, int, const Conv2dGeometry&, \
-                                                         int, TensorCorePath, long long);     \
+                                                         int, TensorCorePath, bool,           \
+                                                         long long);                          \
     template cudaError_t conv2d_input_grad_launch<T>(const T*, const T*, T*, int, int,        \
                                                      const Conv2dGeometry&, int,              \
-                                                     TensorCorePath, T*, long long,           \
+                                                     TensorCorePath, bool, T*, long long,     \
                                                      cudaStream_t);                           \
     template cudaError_t conv2d_weight_grad_launch<T>(const T*, const T*, T*, int, int,       \
                                                       const Conv2dGeometry&, int,             \
-                                                      TensorCorePath, T*, long long,          \
+                                                      TensorCorePath, bool, T*, long long,    \
                                                       cudaStream_t);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X

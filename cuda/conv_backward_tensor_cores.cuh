@@ -15,16 +15,16 @@ namespace {
 
 // Input gradient v2 on the implicit GEMM's v4 (conv_implicit.cu: A staged by the copy engine
 // from a channels-last copy, here of dy) where conv2d_implicit_stages_a holds for the flipped
-// convolution (the half types on the wgmma engine; fp32's input gradient stays 3xTF32, which v4
-// does not multiply): the images of dy whose channels-last copy the workspace holds after Wf and
-// its packing, at most the batch, which then runs in chunks of that many images; 0 where v4
-// does not apply or not one image fits (v1-v3 then read dy as it is).
+// convolution (a single-product mode on the wgmma engine: the half types, TF32 where tf32;
+// v4 does not multiply 3xTF32): the images of dy whose channels-last copy the workspace holds
+// after Wf and its packing, at most the batch, which then runs in chunks of that many images;
+// 0 where v4 does not apply or not one image fits (v1-v3 then read dy as it is).
 template <class T>
 int staged_dy_images(int batch, int out_channels, const Conv2dGeometry& g, TensorCorePath engine,
-                     long long workspace_bytes) {
+                     bool tf32, long long workspace_bytes) {
     const Conv2dGeometry flipped_g = input_grad_geometry(g, out_channels);
     const long long per_image = conv2d_implicit_channels_last_bytes<T>(1, flipped_g);
-    if (batch <= 0 || per_image <= 0 || !conv2d_implicit_stages_a<T>(flipped_g, false, engine))
+    if (batch <= 0 || per_image <= 0 || !conv2d_implicit_stages_a<T>(flipped_g, tf32, engine))
         return 0;
     const FlippedWeights f = flipped_weights<T>(out_channels, g);
     const long long left =
@@ -34,11 +34,12 @@ int staged_dy_images(int batch, int out_channels, const Conv2dGeometry& g, Tenso
 }
 
 // Input gradient v2: dx = conv2d(dy, Wf, padding dil*(k-1) - pad) on the tensor cores, in
-// chunks of staged_dy_images images where v4 stages dy (workspace_bytes: the workspace's size).
+// chunks of staged_dy_images images where v4 stages dy (workspace_bytes: the workspace's size);
+// tf32: the forward's TF32 mode (conv2d_implicit_launch's tf32).
 template <class T>
 cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int batch,
                                       int out_channels, const Conv2dGeometry& g,
-                                      TensorCorePath engine, T* workspace,
+                                      TensorCorePath engine, bool tf32, T* workspace,
                                       long long workspace_bytes, cudaStream_t stream) {
     const Conv2dGeometry flipped_g = input_grad_geometry(g, out_channels);
     const FlippedWeights f = flipped_weights<T>(out_channels, g);
@@ -52,10 +53,11 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
     // (the convolution packs the flipped weights into `packed` itself: conv2d_implicit_launch)
     void* packed = workspace + f.flipped;
     const ConvTail<T> none{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f};
-    const int staged = staged_dy_images<T>(batch, out_channels, g, engine, workspace_bytes);
+    const int staged =
+        staged_dy_images<T>(batch, out_channels, g, engine, tf32, workspace_bytes);
     if (staged == 0)
         return conv2d_implicit_launch<T>(dy, packed, nullptr, dx, batch, g.channels, flipped_g,
-                                         none, /*tf32=*/false, engine, stream,
+                                         none, tf32, engine, stream,
                                          /*group_k_blocks=*/false, nullptr, flipped);
     const long long dy_image = static_cast<long long>(out_channels) * g.out_h * g.out_w;
     const long long dx_image = static_cast<long long>(g.channels) * g.height * g.width;
@@ -63,8 +65,8 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
     for (int n0 = 0; n0 < batch && err == cudaSuccess; n0 += staged) {
         const int count = batch - n0 < staged ? batch - n0 : staged;
         err = conv2d_implicit_launch<T>(dy + n0 * dy_image, packed, nullptr, dx + n0 * dx_image,
-                                        count, g.channels, flipped_g, none, /*tf32=*/false,
-                                        engine, stream, /*group_k_blocks=*/false, channels_last,
+                                        count, g.channels, flipped_g, none, tf32, engine,
+                                        stream, /*group_k_blocks=*/false, channels_last,
                                         flipped);
     }
     return err;
@@ -96,12 +98,12 @@ long long weight_grad_workspace_bytes(int batch, int out_channels, const Conv2dG
 
 // Weight gradient v2: the implicit GEMM over chunks of slices, each chunk's partial dWᵀ added
 // to the accumulator in slice order, then dW = the accumulator transposed, rounded to T.
-// fp32: 3xTF32, whatever torch's TF32 switches say; fp16 / bf16: their native products on
+// fp32: 3xTF32, or TF32 single products where tf32; fp16 / bf16: their native products on
 // wgmma, else TF32 single products (exact on their values).
 template <class T>
 cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
                                  int out_channels, const Conv2dGeometry& g,
-                                 TensorCorePath engine, void* workspace,
+                                 TensorCorePath engine, bool tf32, void* workspace,
                                  long long workspace_bytes, cudaStream_t stream) {
     const int taps = static_cast<int>(grad_shape(g).taps);
     const int kc = taps * out_channels;
@@ -131,7 +133,7 @@ cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
     };
     cudaError_t err;
     if constexpr (std::is_same_v<T, float>)
-        err = go(std::false_type{}, float{});
+        err = tf32 ? go(std::true_type{}, float{}) : go(std::false_type{}, float{});
     else
         err = tensor_cores_native16<T>(engine) ? go(std::true_type{}, T{})
                                                : go(std::true_type{}, float{});

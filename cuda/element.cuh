@@ -112,8 +112,9 @@ template <class T>
 __host__ __device__ constexpr bool is_half_type() { return sizeof(T) == 2; }
 
 // A pair's bits (uint2: two floats; uint32_t: two 16-bit values; uint16_t: two bytes) stored
-// to global memory as one access, p aligned to its size. (The 8-byte store is spelled out: left to itself, the
-// compiler split some of v4's into two 4-byte stores, each touching as many sectors.)
+// to global memory as one access, p aligned to its size. (The 8-byte store is spelled out:
+// left to itself, the compiler split some of v4's into two 4-byte stores, each touching as
+// many sectors.)
 __device__ __forceinline__ void store_pair_bits(void* p, uint2 v) {
     asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
 }

@@ -34,28 +34,42 @@ cudaError_t col2im_launch(const T* cols, T* dx, int batch, const Conv2dGeometry&
 // A convolution's input gradient (dx, the input's shape) and weight gradient (dweight,
 // out_channels x C x kh x kw) from dy (batch x out_channels x out_h x out_w), over chunks of
 // whole images: gemm_version 1-4 through im2col, col2im and that CUDA-core GEMM (v1 of
-// conv_backward.cu); kGemmTensorCoreVersion on the tensor cores of `engine`, fp32-accurate
-// (3xTF32; the half types: the single-product mode): the input gradient as a convolution
-// (stride 1; v1 otherwise; v3 with dy staged channels-last where the engine and the budget
-// allow), the weight gradient in ordered slices on gemm v9 (v2 of conv_backward.cu). The
-// workspace holds conv2d_grad_workspace_elements elements of T (weight: for the weight
-// gradient), 16-byte aligned: what the budget workspace_bytes allows, but at least one image's
-// chunk. The caller checks that one image's columns
-// (C*kh*kw x out_h*out_w) hold fewer than 2^31 elements.
+// conv_backward.cu, fp32); kGemmTensorCoreVersion on the tensor cores of `engine`: the input
+// gradient as a convolution (stride 1; v1 otherwise; v3 with dy staged channels-last where
+// the engine and the budget allow), the weight gradient in ordered slices on gemm v9 (v2 of
+// conv_backward.cu), in float fp32-accurate (3xTF32) or, where tf32, one TF32 product per fp32
+// product as the forward's TF32 mode (the caller sets it where torch allows TF32 and
+// conv2d_grad_uses_tf32 holds), in the half types their single-product mode. The workspace
+// holds conv2d_grad_workspace_elements elements of T (weight: for the weight gradient),
+// 16-byte aligned: what the budget workspace_bytes allows, but at least one image's chunk. The
+// caller checks that one image's columns (C*kh*kw x out_h*out_w) hold fewer than 2^31
+// elements.
 template <class T>
 long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channels,
                                          const Conv2dGeometry& g, int gemm_version,
-                                         TensorCorePath engine, long long workspace_bytes);
+                                         TensorCorePath engine, bool tf32,
+                                         long long workspace_bytes);
 template <class T>
 cudaError_t conv2d_input_grad_launch(const T* dy, const T* weight, T* dx, int batch,
                                      int out_channels, const Conv2dGeometry& g, int gemm_version,
-                                     TensorCorePath engine, T* workspace,
+                                     TensorCorePath engine, bool tf32, T* workspace,
                                      long long workspace_elements, cudaStream_t stream);
 template <class T>
 cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int batch,
                                       int out_channels, const Conv2dGeometry& g, int gemm_version,
-                                      TensorCorePath engine, T* workspace,
+                                      TensorCorePath engine, bool tf32, T* workspace,
                                       long long workspace_elements, cudaStream_t stream);
+// Whether a convolution's gradient on the tensor cores computes in TF32 where torch allows it:
+// the forward's rule (conv2d_uses_tf32, launchers.h) on the gradient's own reduction, dy's
+// Cout*kh*kw for the input gradient (a convolution of dy) and the batch's output pixels for the
+// weight gradient.
+inline bool conv2d_grad_uses_tf32(bool weight, int batch, int out_channels,
+                                  const Conv2dGeometry& g) {
+    const long long reduction = weight ? static_cast<long long>(batch) * g.out_h * g.out_w
+                                       : static_cast<long long>(out_channels) * g.kernel_h *
+                                             g.kernel_w;
+    return reduction >= kTf32MinReduction;
+}
 
 // ------------------------------------------------------------ channelwise_backward.cu
 // out[c] = factor * sum over n, s of a[n][c][s] * b[n][c][s] (b nullptr: of a), over an

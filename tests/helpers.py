@@ -56,6 +56,12 @@ def rand(*shape, low=-1.0, high=1.0, device="cuda", dtype=torch.float32):
     return torch.empty(shape, device=device, dtype=dtype).uniform_(low, high)
 
 
+def tf32_nearest(t):
+    """float32 rounded to the nearest TF32, ties away from zero (what cvt.rna gives)."""
+    bits = t.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+
+
 def poison_next(*shape, dtype=torch.float32):
     """Leave a NaN-filled block of this many elements of `dtype` in torch's caching allocator,
     so that the next allocation of that size (the kernel's output) starts as NaN and an element

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import scratchops
-from helpers import TENSOR_CORES, poison_next, rand
+from helpers import TENSOR_CORES, poison_next, rand, tf32_nearest
 from test_half import assert_half_matches
 
 pytestmark = pytest.mark.skipif(
@@ -48,12 +48,6 @@ CASES = [
 ]
 IDS = ["short-row", "long-row", "partial-block-2-tiles", "1x1", "dilated", "wide-tiles",
        "odd-rows-even-planes", "cin40"]
-
-
-def tf32_nearest(t):
-    """float32 rounded to the nearest TF32, ties away from zero (what cvt.rna gives)."""
-    bits = t.contiguous().view(torch.int32)
-    return ((bits + 0x1000) & -0x2000).view(torch.float32)
 
 
 def kernels_ran(call):

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import scratchops
 from helpers import (ATOL, ENGINES, NO_TENSOR_CORES_REASON, RTOL, TENSOR_CORE_VARIANTS,
-                     TENSOR_CORES, assert_matches, poison_next, rand)
+                     TENSOR_CORES, assert_matches, poison_next, rand, tf32_nearest)
 from scratchops.problems import PROBLEMS, build_pair
 
 pytestmark = pytest.mark.skipif(not TENSOR_CORES, reason=NO_TENSOR_CORES_REASON)
@@ -181,6 +181,48 @@ def test_weight_gradient_of_a_nonfinite_output_gradient(where, workspace_bytes):
     assert torch.isinf(ours[1]).all() and torch.isnan(ours[4]).all()
     scale = ref[torch.isfinite(ref)].abs().max().item()
     torch.testing.assert_close(ours, ref, atol=ATOL * scale, rtol=RTOL, equal_nan=True)
+
+
+# Where torch allows TF32 for convolutions, the fp32 gradients on the tensor cores compute one
+# TF32 product per fp32 product, as the forward does (conv2d_grad_uses_tf32: the forward's rule
+# on each gradient's own reduction, dy's 96 x 9 for dx, the batch's 1330 output pixels for dW):
+# within the fp32 sums' error of float64 on the operands rounded to the nearest TF32 (truncated
+# operands would be about 1e-4 away), and within TF32's error of torch's own gradients under
+# the same switch. With the switch off, fp32-accurate (3xTF32) again.
+def test_gradients_in_tf32_where_torch_allows_it():
+    x, w, dy = rand(2, 40, 21, 37), rand(96, 40, 3, 3) / 360 ** 0.5, rand(2, 96, 19, 35)
+    ops, budget = torch.ops.scratchops, scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES
+    version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+
+    def ours():
+        poison_next(*x.shape)
+        dx = ops._conv2d_input_grad(dy, w, list(x.shape), [1, 1], [0, 0], [1, 1], budget,
+                                    version)
+        poison_next(*w.shape)
+        return dx, ops._conv2d_weight_grad(dy, x, list(w.shape), [1, 1], [0, 0], [1, 1],
+                                           budget, version)
+
+    def torchs(x, w, dy):
+        return (torch.nn.grad.conv2d_input(x.shape, w, dy),
+                torch.nn.grad.conv2d_weight(x, w.shape, dy))
+
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        tf32, torch_tf32 = ours(), torchs(x, w, dy)
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    fp32 = ours()
+    rounded64 = torchs(*(tf32_nearest(t).double() for t in (x, w, dy)))
+    exact64 = torchs(x.double(), w.double(), dy.double())
+    for name, ours_tf32, theirs, rounded, exact, ours_fp32 in zip(
+            ("dx", "dW"), tf32, torch_tf32, rounded64, exact64, fp32):
+        scale = exact.abs().max().item()
+        torch.testing.assert_close(ours_tf32.double(), rounded, atol=3e-5 * scale, rtol=0,
+                                   msg=name)
+        torch.testing.assert_close(ours_tf32, theirs, atol=4e-3 * scale, rtol=0, msg=name)
+        assert (ours_fp32.double() - exact).abs().max().item() <= 1e-5 * scale, name
+        assert (ours_tf32.double() - exact).abs().max().item() > 3e-5 * scale, name
 
 
 # ------------------------------------------------------------------- P31 in one kernel

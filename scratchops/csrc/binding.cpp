@@ -712,6 +712,15 @@ TensorCorePath conv_grad_engine(const Tensor& t, int64_t gemm_version) {
                : TensorCorePath::kWgmma;
 }
 
+// Whether a convolution gradient computes in TF32: float on the tensor cores, where torch's
+// switch allows TF32 for convolutions and conv2d_grad_uses_tf32 holds (the forward's rule on
+// the gradient's own reduction), read at each call as torch's backward reads it.
+bool conv_grad_tf32(const Tensor& grad, int64_t gemm_version, bool weight, int64_t batch,
+                    int64_t out_channels, const Conv2dGeometry& g) {
+    return grad.scalar_type() == at::kFloat && gemm_version == kGemmTensorCoreVersion &&
+           conv_tf32_allowed() && conv2d_grad_uses_tf32(weight, i32(batch), i32(out_channels), g);
+}
+
 // dx of conv2d (input_size = (N, C, H, W)) through Wᵀ @ dy and col2im, or on the tensor cores
 // as a convolution of dy, in a workspace of at most workspace_bytes (at least one image's
 // chunk).
@@ -726,16 +735,17 @@ Tensor conv2d_input_grad_cuda(const Tensor& grad, const Tensor& weight, IntArray
         conv_grad_window(grad, input_size[0], input_size[1], input_size[2], input_size[3],
                          weight.size(0), weight.sizes().slice(2), stride, padding, dilation);
     const TensorCorePath engine = conv_grad_engine(weight, gemm_version);
+    const bool tf32 = conv_grad_tf32(grad, gemm_version, false, input_size[0], weight.size(0), g);
     return launch_into(weight, input_size, "conv2d input gradient",
                        [&](auto e, auto* dx, cudaStream_t s) {
         using T = typename decltype(e)::type;
         const long long elements = conv2d_grad_workspace_elements<T>(
-            false, i32(input_size[0]), i32(weight.size(0)), g, i32(gemm_version), engine,
+            false, i32(input_size[0]), i32(weight.size(0)), g, i32(gemm_version), engine, tf32,
             workspace_bytes);
         const at::DataPtr ws = workspace(elements * static_cast<long long>(sizeof(T)));
         return conv2d_input_grad_launch<T>(data<T>(grad), data<T>(weight), dx,
                                            i32(input_size[0]), i32(weight.size(0)), g,
-                                           i32(gemm_version), engine,
+                                           i32(gemm_version), engine, tf32,
                                            static_cast<T*>(ws.get()), elements, s);
     });
 }
@@ -753,6 +763,7 @@ Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef 
         conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight_size[0],
                          weight_size.slice(2), stride, padding, dilation);
     const TensorCorePath engine = conv_grad_engine(x, gemm_version);
+    const bool tf32 = conv_grad_tf32(grad, gemm_version, true, x.size(0), weight_size[0], g);
     return launch_into(x, weight_size, "conv2d weight gradient",
                        [&](auto e, auto* dw, cudaStream_t s) {
         using T = typename decltype(e)::type;
@@ -760,12 +771,12 @@ Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef 
             return batch_sum_launch<T, T>(nullptr, nullptr, dw, 0,
                                           i32(c10::multiply_integers(weight_size)), s);
         const long long elements = conv2d_grad_workspace_elements<T>(
-            true, i32(x.size(0)), i32(weight_size[0]), g, i32(gemm_version), engine,
+            true, i32(x.size(0)), i32(weight_size[0]), g, i32(gemm_version), engine, tf32,
             workspace_bytes);
         const at::DataPtr ws = workspace(elements * static_cast<long long>(sizeof(T)));
         return conv2d_weight_grad_launch<T>(data<T>(grad), data<T>(x), dw, i32(x.size(0)),
                                             i32(weight_size[0]), g, i32(gemm_version), engine,
-                                            static_cast<T*>(ws.get()), elements, s);
+                                            tf32, static_cast<T*>(ws.get()), elements, s);
     });
 }
 
