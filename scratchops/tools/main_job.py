@@ -243,12 +243,13 @@ def problem_table(key: str, result: dict) -> str:
                   "'host in full': the flush waited for, so the call's host time counts in "
                   "full): " + "  ".join(f"{label} {ms:.4f}"
                                         for label, ms in result["batch1_sync"].items())]
-    if result.get("training_step"):
-        t = result["training_step"]
-        lines += ["", f"training step (forward + backward, {result['dtype']}, TF32 off; GPU ms): " +
-                  "  ".join(f"{label} {ms:.3f}" for label, ms in t["ms"].items()) +
-                  f"; ModelNew's gradients vs eager's: max error "
-                  f"{t['max_relative_grad_err_vs_eager']:.2e} of each gradient's largest value"]
+    step = result.get("training_step")
+    for switches, t in (("TF32 off", step), ("torch's defaults", (step or {}).get("defaults"))):
+        if t:
+            lines += ["", f"training step (forward + backward, {result['dtype']}, {switches}; "
+                      "GPU ms): " + "  ".join(f"{label} {ms:.3f}" for label, ms in t["ms"].items())
+                      + f"; ModelNew's gradients vs eager's: max error "
+                      f"{t['max_relative_grad_err_vs_eager']:.2e} of each gradient's largest value"]
     torch_keys = [k for k, e in entries.items() if e["kind"] == "torch"]
     if result["speedups"]:
         columns = [("speedup (torch ms / ours)", "<")]
@@ -279,12 +280,14 @@ def summary_lines(results: dict, env: dict, repeats: int) -> list[str]:
                          f"{ours['timing_sync']['median_ms']:8.3f} ms  {verdict}  {vs}")
         lines += batch1_summary_lines(key, result["batch1_sync"])
         step = result.get("training_step")
-        if step:
-            ms = step["ms"]
-            lines.append(f"  {key} b{result['batch']} training step (ms)  " + "  ".join(
-                f"{label} {t:.3f}" for label, t in ms.items()) + "  ModelNew " + "  ".join(
-                f"x{ms[label] / ms['ModelNew']:.2f} vs {label}" for label in ms
-                if label != "ModelNew"))
+        for switches, t in (("", step), (" dflt", (step or {}).get("defaults"))):
+            if not t:
+                continue
+            ms = t["ms"]
+            lines.append(f"  {key} b{result['batch']} training step{switches} (ms)  " +
+                         "  ".join(f"{label} {v:.3f}" for label, v in ms.items()) +
+                         "  ModelNew " + "  ".join(f"x{ms[label] / ms['ModelNew']:.2f} vs {label}"
+                                                   for label in ms if label != "ModelNew"))
     ok = all(r["ok"] for r in results.values())
     lines.append(f"all ModelNew outputs allclose (atol = rtol = {ATOL:g}) to torch fp32 and "
                  f"float64 with TF32 off, and to torch eager under torch's defaults; in fp16 "

@@ -104,8 +104,10 @@ def training_step(module, shape: tuple[int, ...], args: argparse.Namespace, stat
     gradients of the input and of every parameter), GPU ms (median, L2 flushed) of torch
     eager, torch.compile (of the model; its backward compiled by AOTAutograd) and ModelNew's
     default variant; and ModelNew's largest gradient error against eager's in that dtype,
-    relative to each gradient's largest magnitude. For `scratchops run` (its --seed, --repeats
-    and --no-compile); status(message) reports progress."""
+    relative to each gradient's largest magnitude. In float32 the same again under the
+    switches this process started with ("defaults": torch's, where TF32 may compute the
+    convolutions and their gradients). For `scratchops run` (its --seed, --repeats and
+    --no-compile); status(message) reports progress."""
     model, new = build_pair(module, next(iter(module.VARIANTS)), args.seed)
     model, new = model.to(dtype).train(), new.to(dtype).train()
     generator = torch.Generator(device="cuda").manual_seed(args.seed)
@@ -126,13 +128,21 @@ def training_step(module, shape: tuple[int, ...], args: argparse.Namespace, stat
         step(m)()
         return [x.grad.clone()] + [p.grad.clone() for p in m.parameters()]
 
-    with torch.enable_grad(), tf32_disabled():
-        with torch.no_grad():
-            out_grad = torch.rand(model(x).shape, device="cuda", generator=generator).to(dtype)
-        status(f"training step in {dtype}: {', '.join(impls)}")
+    def measured(switches: str) -> dict:
+        status(f"training step in {dtype}, {switches}: {', '.join(impls)}")
         times = {k: time_cuda(step(m), repeats=args.repeats).median_ms for k, m in impls.items()}
-        error = max_relative_difference(grads(new), grads(model))
-    return {"ms": times, "max_relative_grad_err_vs_eager": error}
+        return {"ms": times, "max_relative_grad_err_vs_eager": max_relative_difference(
+            grads(new), grads(model))}
+
+    with torch.enable_grad():
+        with tf32_disabled():
+            with torch.no_grad():
+                out_grad = torch.rand(model(x).shape, device="cuda",
+                                      generator=generator).to(dtype)
+            result = measured("TF32 off")
+        if dtype == torch.float32:
+            result["defaults"] = measured("torch's defaults")
+    return result
 
 
 def summary(key: str, r: dict, steps: int) -> list[str]:
