@@ -1,10 +1,12 @@
 """What one training step is made of: GPU time per kernel of each problem's ModelNew and of
 torch eager, forward then backward of a fixed output gradient into the input and every
 parameter, at KernelBench's size, TF32 off, from torch.profiler over three steps (after three
-to warm up). Usage: python3 scripts/step_profile.py p31,p85 float32,bfloat16
+to warm up). Usage: python3 scripts/step_profile.py p31,p85 float32,bfloat16 [defaults]
+(defaults: under the switches the process started with, torch's, instead of TF32 off).
 """
 
 import collections
+import contextlib
 import sys
 
 import torch
@@ -34,8 +36,10 @@ def kernel_ms(step) -> dict:
     return {k: (v, counts[k] // STEPS) for k, v in totals.items()}
 
 
-def main(problems: str, dtypes: str) -> None:
+def main(problems: str, dtypes: str, switches: str = "tf32_off") -> None:
     scratchops.load()
+    settings = tf32_disabled if switches == "tf32_off" else contextlib.nullcontext
+    suffix = "" if switches == "tf32_off" else " under torch's defaults"
     for key in problems.split(","):
         module = PROBLEMS[key]
         for name in dtypes.split(","):
@@ -51,14 +55,15 @@ def main(problems: str, dtypes: str) -> None:
                     x.grad = None
                     m.zero_grad(set_to_none=True)
                     m(x).backward(out_grad)
-                with torch.enable_grad(), tf32_disabled():
+                with torch.enable_grad(), settings():
                     rows = kernel_ms(step)
                 total = sum(ms for ms, _ in rows.values())
-                print(f"== {key} {name} {label}: kernels {total:.3f} ms per step")
+                print(f"== {key} {name} {label}{suffix}: kernels {total:.3f} ms per step")
                 for kernel, (ms, n) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:14]:
                     print(f"  {ms:8.3f} ms  x{n:<3d} {kernel[:110]}")
 
 
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "p31,p85",
-         sys.argv[2] if len(sys.argv) > 2 else "float32,bfloat16")
+         sys.argv[2] if len(sys.argv) > 2 else "float32,bfloat16",
+         "defaults" if len(sys.argv) > 3 and sys.argv[3] == "defaults" else "tf32_off")
