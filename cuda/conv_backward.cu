@@ -37,9 +37,11 @@
 //                      channels swapped): the forward's implicit GEMM on the tensor cores
 //                      (conv_implicit.cu, 3xTF32), and neither dcols nor col2im's pass.
 //                      Strided convolutions (and padding past dil*(k-1)) keep v1.
-//                      In float, where torch allows TF32 (binding.cpp: conv_grad_tf32), the
-//                      tensor-core gradients (v2, v3) take the forward's TF32 mode: one TF32
-//                      product per fp32 product, as cuDNN's gradients then compute.
+//                      In float, where torch allows TF32 and the gradient's own reduction is
+//                      at least 128 (binding.cpp: conv_grad_tf32), the tensor-core gradients
+//                      (input gradient v2 / v3, weight gradient v2) take the forward's TF32
+//                      mode: one TF32 product per fp32 product, as cuDNN's gradients mostly
+//                      then compute (docs/tf32.md, "Gradients").
 //   input gradient     (single products on the wgmma engine: the half types, TF32) v2 on the
 //                      implicit GEMM's v4:
 //   v3 dy staged       dy made channels-last, so that the copy engine stages each k-block

@@ -13,12 +13,15 @@
 namespace scratchops {
 namespace {
 
-// Input gradient v2 on the implicit GEMM's v4 (conv_implicit.cu: A staged by the copy engine
-// from a channels-last copy, here of dy) where conv2d_implicit_stages_a holds for the flipped
-// convolution (a single-product mode on the wgmma engine: the half types, TF32 where tf32;
-// v4 does not multiply 3xTF32): the images of dy whose channels-last copy the workspace holds
-// after Wf and its packing, at most the batch, which then runs in chunks of that many images;
-// 0 where v4 does not apply or not one image fits (v1-v3 then read dy as it is).
+// Input gradient v3 (conv_backward.cu's list): v2 on the implicit GEMM's v4 (conv_implicit.cu:
+// A staged by the copy engine from a channels-last copy, here of dy) where
+// conv2d_implicit_stages_a holds for the flipped convolution (a single-product mode on the
+// wgmma engine: the half types, TF32 where tf32; v4 does not multiply 3xTF32): the images of
+// dy whose channels-last copy the workspace holds after Wf and its packing, at most the batch,
+// which then runs in chunks of that many images; 0 where v4 does not apply or not one image
+// fits (v1-v3 then read dy as it is). The workspace's size (conv2d_grad_workspace_elements)
+// and the launch both ask this, with the same answer: an image's copy is a multiple of 16
+// bytes (v4's channel rows are), so rounding the copy's bytes up adds no room for another.
 template <class T>
 int staged_dy_images(int batch, int out_channels, const Conv2dGeometry& g, TensorCorePath engine,
                      bool tf32, long long workspace_bytes) {

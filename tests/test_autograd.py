@@ -332,7 +332,9 @@ def test_half_weight_gradient_reads_dy_in_pairs_or_alone(dtype, engine):
     # The 16-bit weight gradient's packing of dy reads two pixels of a row with one 4-byte load
     # where they are an aligned pair, otherwise one at a time: rows of 23 pixels (the pairs'
     # parity alternates with the row's, each row's last pixel alone) and dy one element into its
-    # storage (no aligned pair at all) give the same bits, within the half rule of torch.
+    # storage (every row's parity the other way, so each pair is read with one load in one
+    # tensor and value by value in the other) give the same bits, within the half rule of
+    # torch. (On mma.sync the weight gradient multiplies TF32, whose packing asks no pairs.)
     skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
     if engine == "none":
         pytest.skip(NO_TENSOR_CORES_REASON)

@@ -225,6 +225,34 @@ def test_gradients_in_tf32_where_torch_allows_it():
         assert (ours_tf32.double() - exact).abs().max().item() > 3e-5 * scale, name
 
 
+# The rule's other side and the path: with the switch on, an input gradient whose reduction is
+# under 128 (dy's 8 channels x 3 x 3 = 72) stays fp32-accurate (3xTF32), while its weight
+# gradient (the batch's 1330 output pixels) is TF32; and on wgmma a TF32 input gradient runs on
+# v4, dy staged (one launch of its kernel: the batch in one chunk).
+def test_gradients_tf32_rule_and_path(engine):
+    from test_staged_a import v4_launches
+    x, w8, dy8 = rand(2, 40, 21, 37), rand(8, 40, 3, 3) / 360 ** 0.5, rand(2, 8, 19, 35)
+    w96, dy96 = rand(96, 40, 3, 3) / 360 ** 0.5, rand(2, 96, 19, 35)
+    ops, budget = torch.ops.scratchops, scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES
+    version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+    dx_of = lambda dy, w: ops._conv2d_input_grad(  # noqa: E731
+        dy, w, list(x.shape), [1, 1], [0, 0], [1, 1], budget, version)
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        dx = dx_of(dy8, w8)
+        dw = ops._conv2d_weight_grad(dy8, x, list(w8.shape), [1, 1], [0, 0], [1, 1], budget,
+                                     version)
+        staged = v4_launches(lambda: dx_of(dy96, w96)) if engine == "wgmma" else 1
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    exact_dx = torch.nn.grad.conv2d_input(x.shape, w8.double(), dy8.double())
+    exact_dw = torch.nn.grad.conv2d_weight(x.double(), w8.shape, dy8.double())
+    assert max_err(dx, exact_dx) <= 1e-5 * exact_dx.abs().max().item()
+    assert max_err(dw, exact_dw) > 3e-5 * exact_dw.abs().max().item()
+    assert staged == 1
+
+
 # ------------------------------------------------------------------- P31 in one kernel
 def p31_reference(x, w, cb, constant, bias, factor):
     ref32 = (torch.min(F.conv2d(x, w, cb), torch.tensor(constant)) + bias) * factor
