@@ -23,9 +23,8 @@ What each backward computes:
                    CUDA-core GEMM (version gemm_version). After a tensor-core forward (the
                    implicit GEMM, and the fused convolutions built on it): on the tensor cores,
                    the input's gradient a convolution of dY (stride 1), the weight's in ordered
-                   slices on gemm v9, fp32-accurate or, where torch allows TF32 for
-                   convolutions, in TF32 as the forward (docs/tf32.md); the CUDA-core chain
-                   fp32 whatever the switches say.
+                   slices on gemm v9, fp32-accurate or in TF32 where torch allows it, as the
+                   forward (docs/tf32.md); the CUDA-core chain fp32 under every switch.
   group_norm       one kernel for dx and one for the parameters (cuda/groupnorm_backward.cu),
                    the scale of group_norm_scale included.
   scale            dx = dy * scale (the scale kernel itself); dscale = per-channel sums of dy * x.
