@@ -50,12 +50,17 @@ IDS = ["short-row", "long-row", "partial-block-2-tiles", "1x1", "dilated", "wide
        "odd-rows-even-planes", "cin40"]
 
 
-def kernels_ran(call):
-    """The names of the CUDA kernels `call` launched."""
+def launches(call):
+    """The CUDA kernels `call` launched: name -> how many times."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         call()
         torch.cuda.synchronize()
-    return [e.key for e in prof.key_averages()]
+    return {e.key: e.count for e in prof.key_averages()}
+
+
+def kernels_ran(call):
+    """The names of the CUDA kernels `call` launched."""
+    return list(launches(call))
 
 
 def ran_v4(call):
@@ -66,11 +71,8 @@ def ran_v4(call):
 def tile_pixels_ran(call):
     """The tile sizes (pixels of an output row) of the v4 kernels that `call` launched:
     staged_a_kernel<BN, MB, ...> tiles 64 MB pixels."""
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return {64 * int(m.group(1)) for e in prof.key_averages()
-            if (m := re.search(KERNEL + r"<\d+, (\d+),", e.key))}
+    return {64 * int(m.group(1)) for name in launches(call)
+            if (m := re.search(KERNEL + r"<\d+, (\d+),", name))}
 
 
 @pytest.fixture
@@ -196,10 +198,7 @@ def test_not_staged_where_the_rule_says_no(tf32_allowed):
 
 def v4_launches(call):
     """How many of v4's kernels `call` launched."""
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return sum(e.count for e in prof.key_averages() if KERNEL in e.key)
+    return sum(n for name, n in launches(call).items() if KERNEL in name)
 
 
 # x_shape, w_shape, padding, dilation of a convolution whose input gradient runs on v4 in 16 bits
