@@ -60,6 +60,12 @@
 //                      each slice one entry of a batched product with its own partial dWᵀ, and
 //                      the partials are added in slice order: many tiles per launch, a fixed
 //                      order of sums (deterministic), no atomics (conv_weight_grad_implicit.cuh).
+//   weight gradient    (16-bit products on the wgmma engine, stride 1) v2's slices with both
+//   v3 both operands   operands staged by the copy engine: x and dy made channels-last, each
+//   staged             k-block of 64 output pixels is a box of each, which wgmma reads
+//                      MN-major (a pixel's channels one row); no thread gathers x and no pass
+//                      packs dy (conv_weight_grad_staged.cuh). v2's gather and packing took
+//                      2.2 ms of P31's bf16 step, v3 takes 0.43 plus the copies' 0.46.
 
 #include "common.cuh"
 #include "launchers.h"
@@ -77,6 +83,10 @@ constexpr int kChainGemmVersion = 4;
 // tile spends its time in the product (64 k-blocks of 32), short enough that P31 gives a
 // thousand slices (five tiles each).
 constexpr int kWeightGradSlice = 2048;
+// The same for the weight gradient v3, twice as long: its products are 16-bit ones, exact in
+// fp32, and at half the slices P31's batch and its partials fit one chunk of the 1 GiB budget
+// (its two copies take 788 MB in bf16, 1,008 partials of 295 KB 297 MB more; 504 take 149).
+constexpr int kStagedWeightGradSlice = 2 * kWeightGradSlice;
 
 long long round_up4(long long n) { return (n + 3) / 4 * 4; }
 // Elements of T in a piece of `bytes` bytes rounded up to 16 (every piece stays 16-byte
@@ -231,7 +241,7 @@ long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channel
     }
     if (on_tensor_cores(gemm_version) && weight)
         return aligned_elements<T>(
-            weight_grad_workspace_bytes<T>(batch, out_channels, g, workspace_bytes));
+            weight_grad_workspace_bytes<T>(batch, out_channels, g, engine, workspace_bytes));
     const GradWorkspace w = grad_workspace<T>(weight, out_channels, g);
     const long long images = chunk_images(batch, grad_shape(g), w.per_image, budget - w.fixed);
     return w.fixed + images * w.per_image;

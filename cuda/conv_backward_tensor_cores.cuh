@@ -1,14 +1,16 @@
 // conv_backward_tensor_cores.cuh — the convolution gradients on the tensor cores (the versions
 // and their reasons are listed at the top of conv_backward.cu): the input gradient v2, a
-// convolution of dy on the implicit GEMM, and the weight gradient v2, an implicit GEMM in
-// ordered slices (conv_weight_grad_implicit.cuh). Included by conv_backward.cu after the helpers
-// every version shares (GradShape, aligned_elements, the flipped weights' geometry and
-// workspace).
+// convolution of dy on the implicit GEMM, the weight gradient v2, an implicit GEMM in ordered
+// slices (conv_weight_grad_implicit.cuh), and its v3, both operands staged by the copy engine
+// (conv_weight_grad_staged.cuh, its launch in conv_weight_grad_staged_launch.cuh). Included
+// by conv_backward.cu after the helpers every version shares (GradShape, aligned_elements, the
+// flipped weights' geometry and workspace).
 #pragma once
 
 #include <type_traits>
 
 #include "conv_weight_grad_implicit.cuh"
+#include "conv_weight_grad_staged_launch.cuh"
 
 namespace scratchops {
 namespace {
@@ -75,6 +77,88 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
     return err;
 }
 
+// Weight gradient v3 (conv_weight_grad_staged.cuh) runs where both copies can be boxes of
+// the copy engine and its wgmma can read them: 16-bit products on the wgmma engine, stride 1,
+// a kernel row of at most kMaxTaps taps whose x box fits its ring's halo, channel rows of
+// whole 16 bytes (the tensor maps' strides), at least one 64-channel block on each side, and
+// a column for every tap's cut map (edge_first_col).
+template <class T>
+bool weight_grad_stages_operands(int out_channels, const Conv2dGeometry& g,
+                                 TensorCorePath engine) {
+    using namespace wgrad_staged;
+    return tensor_cores_native16<T>(engine) && g.stride_h == 1 && g.stride_w == 1 &&
+           g.kernel_w <= kMaxTaps && (g.kernel_w - 1) * g.dil_w <= kHaloRows &&
+           g.channels >= kChannelBlock && out_channels >= kChannelBlock &&
+           (g.channels * sizeof(T)) % 16 == 0 && (out_channels * sizeof(T)) % 16 == 0 &&
+           edge_first_col(g) >= 1;
+}
+// Its workspace: the float accumulator dWᵀ and the edge flags, then a chunk: its images' two
+// copies and its slices' partial dWᵀ (float).
+struct StagedWeightGrad {
+    long long fixed, per_image, entry;  // bytes: the fixed part, an image's copies, a partial
+    int images;                         // images a chunk (0: v2 runs)
+    long long chunk_bytes(const Conv2dGeometry& g, int n) const {
+        return n * per_image +
+               align16(wgrad_staged::slicing(g, n, kStagedWeightGradSlice).slices * entry);
+    }
+};
+template <class T>
+StagedWeightGrad staged_weight_grad(int batch, int out_channels, const Conv2dGeometry& g,
+                                    TensorCorePath engine, long long workspace_bytes) {
+    StagedWeightGrad s{};
+    if (batch <= 0 || !weight_grad_stages_operands<T>(out_channels, g, engine)) return s;
+    s.entry = grad_shape(g).taps * out_channels * static_cast<long long>(sizeof(float));
+    s.fixed = align16(s.entry) +
+              align16(wgrad_staged::kEdgeFlagBlocks * static_cast<long long>(sizeof(int)));
+    // (both copies' images are whole 16-byte rows: the channel counts above)
+    s.per_image = (static_cast<long long>(g.channels) * g.height * g.width +
+                   static_cast<long long>(out_channels) * g.out_h * g.out_w) * sizeof(T);
+    const long long left = workspace_bytes - s.fixed;
+    long long images = left > 0 ? left / s.per_image : 0;  // (the partials make it fewer)
+    images = images < batch ? images : batch;
+    while (images > 0 && s.chunk_bytes(g, static_cast<int>(images)) > left) --images;
+    s.images = static_cast<int>(images);
+    return s;
+}
+
+// Weight gradient v3: per chunk of images, x and dy made channels-last, the staged product's
+// slices stored and added in order into the accumulator; then dW = the accumulator transposed,
+// rounded to T. The bits depend on the chunk's size (the slices restart at each chunk), which
+// the budget fixes.
+template <class T>
+cudaError_t weight_grad_staged(const T* dy, const T* x, T* dweight, int batch, int out_channels,
+                               const Conv2dGeometry& g, const StagedWeightGrad& s,
+                               void* workspace, cudaStream_t stream) {
+    const int taps = static_cast<int>(grad_shape(g).taps);
+    const int kc = taps * out_channels;
+    auto* base = static_cast<uint8_t*>(workspace);
+    auto* accumulator = reinterpret_cast<float*>(base);
+    auto* edge_flags = reinterpret_cast<int*>(base + align16(s.entry));
+    T* x_cl = reinterpret_cast<T*>(base + s.fixed);
+    const long long x_image = static_cast<long long>(g.channels) * g.height * g.width;
+    const long long dy_image = static_cast<long long>(out_channels) * g.out_h * g.out_w;
+    T* dy_cl = x_cl + s.images * x_image;
+    auto* partials = reinterpret_cast<float*>(dy_cl + s.images * dy_image);
+    cudaError_t err = cudaSuccess;
+    for (int n0 = 0; n0 < batch && err == cudaSuccess; n0 += s.images) {
+        const int count = batch - n0 < s.images ? batch - n0 : s.images;
+        err = channels_last_launch<T>(x + n0 * x_image, x_cl, count, g.channels,
+                                      g.height * g.width, false, stream);
+        if (err == cudaSuccess)
+            err = channels_last_launch<T>(dy + n0 * dy_image, dy_cl, count, out_channels,
+                                          g.out_h * g.out_w, false, stream);
+        if (err == cudaSuccess)
+            err = wgrad_staged::launch<T>(dy_cl, x_cl, edge_flags, partials, count,
+                                          out_channels, g, kStagedWeightGradSlice, stream);
+        if (err == cudaSuccess)  // accumulator += partial[0] + partial[1] + ..., in order
+            err = batch_sum_launch<float, float>(
+                partials, n0 == 0 ? nullptr : accumulator, accumulator,
+                wgrad_staged::slicing(g, count, kStagedWeightGradSlice).slices, kc, stream);
+    }
+    if (err != cudaSuccess) return err;
+    return transpose_launch<float, T>(accumulator, dweight, 1, taps, out_channels, stream);
+}
+
 // Weight gradient v2's workspace: the float accumulator dWᵀ (K x Cout), then a chunk of
 // entries (conv_wgrad::chunk_bytes) as large as `budget` bytes hold, at least one.
 inline long long weight_grad_fixed_bytes(int out_channels, const Conv2dGeometry& g) {
@@ -90,13 +174,19 @@ long long weight_grad_bytes(int batch, int out_channels, const Conv2dGeometry& g
     const int entries = conv_wgrad::chunk_entries(s, taps, out_channels, budget - fixed);
     return fixed + conv_wgrad::chunk_bytes(s, taps, out_channels, entries).total();
 }
-// What either product type needs (the call's engine picks one: tensor_cores_native16).
+// What the call needs: v3's chunk where one image's fits the budget or v2's smallest
+// workspace (v3 then needs no more than v2 would), else what either product type of v2 needs
+// (the call's engine picks one: tensor_cores_native16). The launch, given exactly this, takes
+// the same version with the same chunk: staged_weight_grad of it gives the same images.
 template <class T>
 long long weight_grad_workspace_bytes(int batch, int out_channels, const Conv2dGeometry& g,
-                                      long long budget) {
+                                      TensorCorePath engine, long long budget) {
     const long long as_float = weight_grad_bytes<float>(batch, out_channels, g, budget);
     const long long as_t = weight_grad_bytes<T>(batch, out_channels, g, budget);
-    return as_float > as_t ? as_float : as_t;
+    const long long v2 = as_float > as_t ? as_float : as_t;
+    const StagedWeightGrad staged =
+        staged_weight_grad<T>(batch, out_channels, g, engine, budget > v2 ? budget : v2);
+    return staged.images > 0 ? staged.fixed + staged.chunk_bytes(g, staged.images) : v2;
 }
 
 // Weight gradient v2: the implicit GEMM over chunks of slices, each chunk's partial dWᵀ added
@@ -108,6 +198,13 @@ cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
                                  int out_channels, const Conv2dGeometry& g,
                                  TensorCorePath engine, bool tf32, void* workspace,
                                  long long workspace_bytes, cudaStream_t stream) {
+    if constexpr (!std::is_same_v<T, float>) {
+        const StagedWeightGrad staged =
+            staged_weight_grad<T>(batch, out_channels, g, engine, workspace_bytes);
+        if (staged.images > 0)
+            return weight_grad_staged(dy, x, dweight, batch, out_channels, g, staged, workspace,
+                                      stream);
+    }
     const int taps = static_cast<int>(grad_shape(g).taps);
     const int kc = taps * out_channels;
     const long long fixed = weight_grad_fixed_bytes(out_channels, g);

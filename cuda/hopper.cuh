@@ -284,6 +284,19 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t address) {
     desc |= static_cast<uint64_t>(1) << 62;                   // layout: 128-byte swizzle
     return desc;
 }
+// The same for an MN-major tile of 16-bit values (wgmma's imm-trans 1): each k a row of 64 M
+// (or N) values, 128 bytes, swizzled as above, 8-row groups of k 1024 bytes apart (stride byte
+// offset); M or N past 64 continues `mn_block_bytes` further (leading byte offset), the next
+// 64 values' rows. k-step j (of 16) starts 16 rows, 2048 bytes, in.
+__device__ __forceinline__ uint64_t make_smem_desc_sw128_mn(uint32_t address,
+                                                           uint32_t mn_block_bytes) {
+    uint64_t desc = 0;
+    desc |= static_cast<uint64_t>((address & 0x3FFFF) >> 4);
+    desc |= static_cast<uint64_t>((mn_block_bytes & 0x3FFFF) >> 4) << 16;
+    desc |= static_cast<uint64_t>(1024 >> 4) << 32;
+    desc |= static_cast<uint64_t>(1) << 62;
+    return desc;
+}
 
 // Move registers between warpgroups (sm_90a): the producer warpgroup gives up most of its
 // registers so the two consumer warpgroups can hold their accumulators.

@@ -4,7 +4,9 @@ A in shared memory (Ss, both operands described by matrix descriptors):
                                                                            d, a-desc, b-desc, scale-d, 1, 1
   cuda/wgmma_half.cuh  wgmma.mma_async.sync.aligned.m64nNk16.f32.OP.OP      d, a, b-desc, scale-d, 1, 1, 0
                                                                            d, a-desc, b-desc, scale-d, 1, 1, 0, 0
-                       with OP = f16 or bf16 (the trailing 0s: A and B K-major, not transposed).
+                                                                           d, a-desc, b-desc, scale-d, 1, 1, 1, 1
+                       with OP = f16 or bf16 (the trailing 0s: A and B K-major, not transposed;
+                       the 1s of SsMn: both MN-major, each k a row of M or N values).
 Each wrapper names its N/2 accumulator registers one by one, which is tedious and error-prone by
 hand. Usage: python3 scripts/gen_wgmma.py cuda/
 """
@@ -71,10 +73,11 @@ def half_file():
         'D (64 x N fp32, N/2 registers a thread) += A (64 x 16 of Op: 4 registers of two values,',
         'the lower k in the low half, or K-major in shared memory, described by a_desc) * B',
         '(16 x N of Op, shared memory, K-major, described by b_desc); accumulate = 0 starts',
-        'afresh (D = A * B).'],
+        'afresh (D = A * B). SsMn: both operands in shared memory MN-major (imm-trans 1), each k',
+        'a row of 64 M or N values (hopper.cuh: make_smem_desc_sw128_mn).'],
         ['#include <cstdint>', '', '#include <cuda_bf16.h>', '#include <cuda_fp16.h>'])
     out += ['template <int N, class Op>', 'struct WgmmaHalfRs;', 'template <int N, class Op>',
-            'struct WgmmaHalfSs;', '']
+            'struct WgmmaHalfSs;', 'template <int N, class Op>', 'struct WgmmaHalfSsMn;', '']
     for op, ptx in (('__half', 'f16'), ('__nv_bfloat16', 'bf16')):
         for n in NS:
             out += wrapper(f'WgmmaHalfRs<{n}, {op}>', n,
@@ -83,6 +86,9 @@ def half_file():
             out += wrapper(f'WgmmaHalfSs<{n}, {op}>', n,
                            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx}', '1, 1, 0, 0',
                            False)
+        out += wrapper(f'WgmmaHalfSsMn<128, {op}>', 128,
+                       f'wgmma.mma_async.sync.aligned.m64n128k16.f32.{ptx}.{ptx}', '1, 1, 1, 1',
+                       False)
     return out + ['}  // namespace scratchops', '']
 
 

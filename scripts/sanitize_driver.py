@@ -144,7 +144,7 @@ def staged_a_kernels():
     bf16 with B resident (one column tile) and in its ring (Cout 130), TF32 under torch's
     switch, P31's tail; rows shorter than a tile, a 72-channel input (a part block of
     channels read past the tensor as zeros) and padding (boxes partly outside the image); the
-    bf16 input gradient, a convolution of dy on v4."""
+    bf16 input gradient, a convolution of dy on v4, and the bf16 weight gradient v3."""
     half = lambda *shape: r(*shape).to(torch.bfloat16)
     tol = max(HALF_TOL, 2 * torch.finfo(torch.bfloat16).eps)
     for cout in (70, 130):
@@ -171,7 +171,35 @@ def staged_a_kernels():
                   dy, w, list(x_shape), [1, 1], [0, 0], [1, 1], ws,
                   scratchops.versions.GEMM_TENSOR_CORE_VERSION),
               torch.nn.grad.conv2d_input(x_shape, w, dy), tol=tol)
+    # The 16-bit weight gradient v3 (x and dy staged channels-last, MN-major operands): a
+    # dilated 3 x 3 with channels past a block on both sides and rows of two k-blocks, then an
+    # Inf at x's edge; a 1 x 1 with Cout 64 (dy's second box all outside) in chunks of one
+    # image and in one chunk. The references in float64 on the CPU: the GPU's bf16 one for
+    # the 1 x 1 (a cuBLAS kernel) drew racecheck's hazards into this driver's report.
+    for x_shape, w_shape, padding, dilation in (((3, 72, 11, 70), (72, 72, 3, 3), 1, 2),
+                                                ((3, 64, 96, 200), (64, 64, 1, 1), 0, 1)):
+        x = half(*x_shape)
+        dy_shape = F.conv2d(x, half(*w_shape), None, 1, padding, dilation).shape
+        dy = half(*dy_shape)
 
+        def reference():
+            return torch.nn.grad.conv2d_weight(x.double().cpu(), w_shape, dy.double().cpu(), 1,
+                                               padding, dilation).to("cuda", torch.bfloat16)
+        # (1 x 1: an image's copies 4.9 MB, its partials and the fixed part under 1 MB: chunks
+        # of one image)
+        for ws in ((x[0].numel() + dy[0].numel()) * 2 + 2**20, 1 << 30):
+            check(f"v3 bf16 conv2d weight gradient {w_shape} ws={ws}",
+                  torch.ops.scratchops._conv2d_weight_grad(
+                      dy, x, list(w_shape), [1, 1], [padding] * 2, [dilation] * 2, ws,
+                      scratchops.versions.GEMM_TENSOR_CORE_VERSION),
+                  reference(), tol=tol)
+        if w_shape[-1] == 3:  # an Inf in x's last column: partial blocks split a stage a tap
+            x[1, 3, 5, -1] = float("inf")
+            check("v3 bf16 conv2d weight gradient, Inf at x's edge",
+                  torch.ops.scratchops._conv2d_weight_grad(
+                      dy, x, list(w_shape), [1, 1], [padding] * 2, [dilation] * 2, 1 << 30,
+                      scratchops.versions.GEMM_TENSOR_CORE_VERSION),
+                  reference(), equal_nan=True, tol=tol)
 
 def check_grads(label, ours, ref, *inputs):
     """The gradients of ours(*inputs) and ref(*inputs) for one random output gradient."""

@@ -15,7 +15,8 @@ truncation per k-step of 8 at most: 225 steps at K = 1800); an operand truncated
 rounded puts them about 1e-4 away even at K = 128. The profiler shows that v4 ran.
 
 The input gradient of a 16-bit convolution is itself a convolution of dy, and runs on v4 too
-(conv_backward.cu's input gradient v3): its last test."""
+(conv_backward.cu's input gradient v3); its weight gradient stages both of its operands, x and
+dy, the same way (the weight gradient v3): the last tests."""
 
 import math
 import re
@@ -240,3 +241,104 @@ def test_half_input_gradient_stages_dy(dtype, x_shape, w_shape, padding, dilatio
         assert v4_launches(call) == launches, name
     if "chunks" in outs:
         assert torch.equal(outs["chunks"], outs["one-chunk"])
+
+
+# x_shape, w_shape, padding, dilation of a convolution whose weight gradient runs on v3 in 16 bits
+# (conv_backward.cu's weight gradient v3: x and dy both staged channels-last, MN-major operands)
+WEIGHT_GRAD_CASES = [
+    ((2, 64, 20, 130), (128, 64, 3, 3), 0, 1),   # P31's channels; rows of 128: two whole blocks
+    ((3, 96, 17, 70), (72, 96, 3, 3), 1, 2),     # channels past a block on both sides; dilated
+    ((3, 64, 96, 200), (64, 64, 1, 1), 0, 1),    # 1x1, Cout 64 (dy's second box all outside)
+    ((2, 128, 9, 33), (136, 128, 3, 2), 1, 1),   # a 3 x 2 kernel; two output-channel tiles
+    ((1, 64, 7, 9), (128, 64, 3, 3), 0, 1),      # batch 1, a 7-pixel row in a 64-pixel block
+]
+WEIGHT_GRAD_KERNEL = "staged_wgrad_kernel"
+
+
+def weight_grad_launches(call):
+    """How many of the weight gradient v3's kernels `call` launched."""
+    return sum(n for name, n in launches(call).items() if WEIGHT_GRAD_KERNEL in name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("x_shape,w_shape,padding,dilation", WEIGHT_GRAD_CASES,
+                         ids=["p31-channels", "partial-blocks-dilated", "1x1-cout64", "3x2",
+                              "batch1-short-row"])
+def test_half_weight_gradient_stages_both_operands(dtype, x_shape, w_shape, padding, dilation):
+    """The weight gradient in 16 bits with x and dy staged channels-last (v3): against torch's
+    weight gradient in the dtype and float64, poisoned output, the same bits twice, one launch;
+    and for the 1x1 case in chunks of two images (two launches): an image's two copies take
+    4.9 MB and its slices' partials 96 KB (6 of 64 x 64 floats), the accumulator and the flags
+    17 KB, so two images and 1 MB hold two and not three (and more than v2's smallest
+    workspace, about 3 MB, which v3 would otherwise take instead)."""
+    x = rand(*x_shape, dtype=dtype)
+    with torch.no_grad():
+        out_shape = F.conv2d(x, torch.zeros(w_shape, device="cuda", dtype=dtype), None, 1,
+                             padding, dilation).shape
+    dy = rand(*out_shape, dtype=dtype)
+    ref = torch.nn.grad.conv2d_weight(x, w_shape, dy, 1, padding, dilation)
+    ref64 = torch.nn.grad.conv2d_weight(x.double(), w_shape, dy.double(), 1, padding, dilation)
+    per_image = (x[0].numel() + dy[0].numel()) * x.element_size()
+    budgets = {"one-chunk": (scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES, 1)}
+    if w_shape[2:] == (1, 1):
+        budgets["chunks"] = (2 * per_image + 2**20, 2)
+    for name, (budget, expected_launches) in budgets.items():
+        call = lambda budget=budget: torch.ops.scratchops._conv2d_weight_grad(  # noqa: E731
+            dy, x, list(w_shape), [1, 1], [padding] * 2, [dilation] * 2, budget,
+            scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+        poison_next(*w_shape, dtype=dtype)
+        out = call()
+        assert_half_matches(out, ref, ref64)
+        assert torch.equal(call(), out), name
+        assert weight_grad_launches(call) == expected_launches, name
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding", [
+    ((2, 64, 20, 130), (128, 64, 3, 3), 2, 0),   # strided
+    ((2, 64, 20, 40), (128, 64, 5, 5), 1, 2),    # 5 taps a kernel row
+    ((2, 40, 20, 40), (128, 40, 3, 3), 1, 1),    # 40 input channels: less than a block
+    ((1, 64, 3, 1), (64, 64, 3, 3), 1, 1),       # one output column: tap 0 cut to no column
+], ids=["strided", "5x5", "cin40", "wide-padding"])
+def test_half_weight_gradient_v2_where_v3_does_not_apply(dtype, x_shape, w_shape, stride,
+                                                         padding):
+    """Where the weight gradient v3's rule says no, v2 runs (no v3 kernel) and is right."""
+    x = rand(*x_shape, dtype=dtype)
+    with torch.no_grad():
+        out_shape = F.conv2d(x, torch.zeros(w_shape, device="cuda", dtype=dtype), None, stride,
+                             padding).shape
+    dy = rand(*out_shape, dtype=dtype)
+    call = lambda: torch.ops.scratchops._conv2d_weight_grad(  # noqa: E731
+        dy, x, list(w_shape), [stride] * 2, [padding] * 2, [1, 1],
+        scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+        scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+    ref = torch.nn.grad.conv2d_weight(x, w_shape, dy, stride, padding)
+    ref64 = torch.nn.grad.conv2d_weight(x.double(), w_shape, dy.double(), stride, padding)
+    assert_half_matches(call(), ref, ref64)
+    assert weight_grad_launches(call) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("inf_column", [10, 19], ids=["inside", "edge"])
+def test_half_weight_gradient_v3_nan_and_inf(dtype, inf_column):
+    """A NaN in dy and an Inf in x reach the weight gradient as they reach float64's: every tap
+    of the NaN's output channel, and the Inf's input channel at the taps that read it. Rows of
+    18 output pixels leave 46 slots of a 64-pixel block past the row; x's last two columns are
+    real for the kernel's right taps and slots past the row for the others, which then must
+    not multiply them ("edge": the partial blocks split a stage a tap)."""
+    x = rand(2, 64, 12, 20, dtype=dtype)
+    w_shape = (128, 64, 3, 3)
+    dy = rand(2, 128, 10, 18, dtype=dtype)
+    dy[1, 5, 4, 7] = float("nan")
+    x[1, 20, 3, inf_column] = float("inf")
+    ours = torch.ops.scratchops._conv2d_weight_grad(
+        dy, x, list(w_shape), [1, 1], [0, 0], [1, 1],
+        scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+        scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+    ref = torch.nn.grad.conv2d_weight(x, w_shape, dy)
+    ref64 = torch.nn.grad.conv2d_weight(x.double(), w_shape, dy.double())
+    assert ref64.isnan().any() and ref64.isinf().any()
+    assert torch.equal(ours.isnan(), ref64.isnan())
+    assert torch.equal(ours.isinf(), ref64.isinf())
+    finite = ref64.isfinite()
+    torch.testing.assert_close(ours[finite].float(), ref[finite].float(), atol=1e-2, rtol=2e-2)
