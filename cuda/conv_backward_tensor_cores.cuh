@@ -34,7 +34,8 @@ int staged_dy_images(int batch, int out_channels, const Conv2dGeometry& g, Tenso
     const FlippedWeights f = flipped_weights<T>(out_channels, g);
     const long long left =
         workspace_bytes - (f.flipped + f.packed) * static_cast<long long>(sizeof(T));
-    const long long images = left > 0 ? left / per_image : 0;
+    long long images = left > 0 ? left / per_image : 0;
+    images = images < kMaxGridYZ ? images : kMaxGridYZ;  // (channels_last_launch's grid)
     return images < batch ? static_cast<int>(images) : batch;
 }
 
@@ -114,10 +115,16 @@ StagedWeightGrad staged_weight_grad(int batch, int out_channels, const Conv2dGeo
     s.per_image = (static_cast<long long>(g.channels) * g.height * g.width +
                    static_cast<long long>(out_channels) * g.out_h * g.out_w) * sizeof(T);
     const long long left = workspace_bytes - s.fixed;
-    long long images = left > 0 ? left / s.per_image : 0;  // (the partials make it fewer)
-    images = images < batch ? images : batch;
-    while (images > 0 && s.chunk_bytes(g, static_cast<int>(images)) > left) --images;
-    s.images = static_cast<int>(images);
+    // The most images whose chunk fits (chunk_bytes grows with them: a binary search) below
+    // what the copies alone allow, the batch and channels_last_launch's grid.
+    long long lo = 0, hi = left > 0 ? left / s.per_image : 0;
+    hi = hi < batch ? hi : batch;
+    hi = hi < kMaxGridYZ ? hi : kMaxGridYZ;
+    while (lo < hi) {
+        const long long mid = (lo + hi + 1) / 2;
+        if (s.chunk_bytes(g, static_cast<int>(mid)) <= left) lo = mid; else hi = mid - 1;
+    }
+    s.images = static_cast<int>(lo);
     return s;
 }
 
@@ -175,7 +182,7 @@ long long weight_grad_bytes(int batch, int out_channels, const Conv2dGeometry& g
     return fixed + conv_wgrad::chunk_bytes(s, taps, out_channels, entries).total();
 }
 // What the call needs: v3's chunk where one image's fits the budget or v2's smallest
-// workspace (v3 then needs no more than v2 would), else what either product type of v2 needs
+// workspace (v3 may then take the larger of the two), else what either product type of v2 needs
 // (the call's engine picks one: tensor_cores_native16). The launch, given exactly this, takes
 // the same version with the same chunk: staged_weight_grad of it gives the same images.
 template <class T>

@@ -251,6 +251,7 @@ WEIGHT_GRAD_CASES = [
     ((3, 64, 96, 200), (64, 64, 1, 1), 0, 1),    # 1x1, Cout 64 (dy's second box all outside)
     ((2, 128, 9, 33), (136, 128, 3, 2), 1, 1),   # a 3 x 2 kernel; two output-channel tiles
     ((1, 64, 7, 9), (128, 64, 3, 3), 0, 1),      # batch 1, a 7-pixel row in a 64-pixel block
+    ((2, 64, 12, 40), (96, 64, 2, 2), 1, 3),     # a 2 x 2 kernel, dilation 3
 ]
 WEIGHT_GRAD_KERNEL = "staged_wgrad_kernel"
 
@@ -263,7 +264,7 @@ def weight_grad_launches(call):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("x_shape,w_shape,padding,dilation", WEIGHT_GRAD_CASES,
                          ids=["p31-channels", "partial-blocks-dilated", "1x1-cout64", "3x2",
-                              "batch1-short-row"])
+                              "batch1-short-row", "2x2-dilated"])
 def test_half_weight_gradient_stages_both_operands(dtype, x_shape, w_shape, padding, dilation):
     """The weight gradient in 16 bits with x and dy staged channels-last (v3): against torch's
     weight gradient in the dtype and float64, poisoned output, the same bits twice, one launch;
@@ -291,6 +292,21 @@ def test_half_weight_gradient_stages_both_operands(dtype, x_shape, w_shape, padd
         assert_half_matches(out, ref, ref64)
         assert torch.equal(call(), out), name
         assert weight_grad_launches(call) == expected_launches, name
+
+
+def test_half_weight_gradient_v3_over_the_copy_grid_limit():
+    """More images than the channels-last copy's grid takes at once (65,535): chunks of at
+    most that many (two launches), not an error."""
+    x = rand(70_000, 64, 1, 1, dtype=torch.bfloat16)
+    dy = rand(70_000, 64, 1, 1, dtype=torch.bfloat16)
+    call = lambda: torch.ops.scratchops._conv2d_weight_grad(  # noqa: E731
+        dy, x, [64, 64, 1, 1], [1, 1], [0, 0], [1, 1],
+        scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+        scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+    ref = torch.nn.grad.conv2d_weight(x, (64, 64, 1, 1), dy)
+    ref64 = torch.nn.grad.conv2d_weight(x.double(), (64, 64, 1, 1), dy.double())
+    assert_half_matches(call(), ref, ref64)
+    assert weight_grad_launches(call) == 2
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
