@@ -86,7 +86,7 @@ static_assert(kEdgeFlagBlocks <= kThreads, "a thread a flag");
 template <int S>
 using Tap = std::integral_constant<int, S>;  // a tap known when compiling
 
-// The walk over consumers, slices and k-blocks (host-filled).
+// The walk over units, their slices' k-blocks and each k-block's pixels (host-filled).
 struct Walk {
     Conv2dGeometry g;
     int out_channels;
@@ -115,6 +115,7 @@ struct Walk {
         first = sl * rows_per_slice * segs;
         end = (last_row < rows ? last_row : rows) * segs;
     }
+    // K-block kb: image n, output row oh, its first output column ow0.
     __device__ void kblock(int kb, int& n, int& oh, int& ow0) const {
         const int row = kb / segs;
         ow0 = (kb - row * segs) * kPixels;
