@@ -131,11 +131,13 @@ StagedWeightGrad staged_weight_grad(int batch, int out_channels, const Conv2dGeo
 // Weight gradient v3: per chunk of images, x and dy made channels-last, the staged product's
 // slices stored and added in order into the accumulator; then dW = the accumulator transposed,
 // rounded to T. The bits depend on the chunk's size (the slices restart at each chunk), which
-// the budget fixes.
+// the budget fixes. dy_channels_last: dy's copy made already (the whole batch, one chunk:
+// conv2d_grads_shared_launch), which the workspace then does not hold.
 template <class T>
 cudaError_t weight_grad_staged(const T* dy, const T* x, T* dweight, int batch, int out_channels,
                                const Conv2dGeometry& g, const StagedWeightGrad& s,
-                               void* workspace, cudaStream_t stream) {
+                               void* workspace, cudaStream_t stream,
+                               const T* dy_channels_last = nullptr) {
     const int taps = static_cast<int>(grad_shape(g).taps);
     const int kc = taps * out_channels;
     auto* base = static_cast<uint8_t*>(workspace);
@@ -144,14 +146,15 @@ cudaError_t weight_grad_staged(const T* dy, const T* x, T* dweight, int batch, i
     T* x_cl = reinterpret_cast<T*>(base + s.fixed);
     const long long x_image = static_cast<long long>(g.channels) * g.height * g.width;
     const long long dy_image = static_cast<long long>(out_channels) * g.out_h * g.out_w;
-    T* dy_cl = x_cl + s.images * x_image;
-    auto* partials = reinterpret_cast<float*>(dy_cl + s.images * dy_image);
+    const bool made = dy_channels_last != nullptr;
+    T* dy_cl = made ? const_cast<T*>(dy_channels_last) : x_cl + s.images * x_image;
+    auto* partials = reinterpret_cast<float*>(x_cl + s.images * (x_image + (made ? 0 : dy_image)));
     cudaError_t err = cudaSuccess;
     for (int n0 = 0; n0 < batch && err == cudaSuccess; n0 += s.images) {
         const int count = batch - n0 < s.images ? batch - n0 : s.images;
         err = channels_last_launch<T>(x + n0 * x_image, x_cl, count, g.channels,
                                       g.height * g.width, false, stream);
-        if (err == cudaSuccess)
+        if (err == cudaSuccess && !made)
             err = channels_last_launch<T>(dy + n0 * dy_image, dy_cl, count, out_channels,
                                           g.out_h * g.out_w, false, stream);
         if (err == cudaSuccess)

@@ -59,6 +59,19 @@ cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int b
                                       int out_channels, const Conv2dGeometry& g, int gemm_version,
                                       TensorCorePath engine, bool tf32, T* workspace,
                                       long long workspace_elements, cudaStream_t stream);
+// Both gradients of a convolution at once, dy's channels-last copy made once for both
+// (conv_backward.cu): where the input gradient v3 and the weight gradient v3 each run the whole
+// batch in one chunk and together fit the budget, conv2d_grads_shared_bytes is the workspace
+// they take (16-byte aligned), else 0 (the caller then runs the two launches above, each as
+// if alone: the same bits either way). The half types on the tensor cores only.
+template <class T>
+long long conv2d_grads_shared_bytes(int batch, int out_channels, const Conv2dGeometry& g,
+                                    int gemm_version, TensorCorePath engine, long long budget);
+template <class T>
+cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight, T* dx, T* dw,
+                                       int batch, int out_channels, const Conv2dGeometry& g,
+                                       TensorCorePath engine, long long budget, void* workspace,
+                                       cudaStream_t stream);
 // Whether a convolution's gradient on the tensor cores computes in TF32 where torch allows it:
 // the forward's rule (conv2d_uses_tf32, launchers.h) on the gradient's own reduction, dy's
 // Cout*kh*kw for the input gradient (a convolution of dy) and the batch's output pixels for the

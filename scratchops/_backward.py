@@ -17,14 +17,12 @@ What each backward computes:
                    gemm, version and TF32 switch included, as torch's matmul backward follows
                    the matmul switch); an operand shared across the batch gets the sum over the
                    batch; the bias the sum of dC over the batch and the columns.
-  conv2d           the im2col + GEMM chain transposed (cuda/conv_backward.cu): the input's
-                   gradient by Wᵀ dY and col2im, the weight's by dY im2col(X)ᵀ summed over the
-                   images, the bias's by per-channel sums. After the im2col forward: on its
-                   CUDA-core GEMM (version gemm_version). After a tensor-core forward (the
-                   implicit GEMM, and the fused convolutions built on it): on the tensor cores,
-                   the input's gradient a convolution of dY (stride 1), the weight's in ordered
-                   slices on gemm v9, fp32-accurate or in TF32 where torch allows it, as the
-                   forward (docs/tf32.md); the CUDA-core chain fp32 under every switch.
+  conv2d           the im2col + GEMM chain transposed (cuda/conv_backward.cu), on the im2col
+                   forward's CUDA-core GEMM (fp32 under every switch); after a tensor-core
+                   forward on the tensor cores, fp32-accurate or TF32 as the forward
+                   (docs/tf32.md): dX a convolution of dY, dW an implicit GEMM in ordered
+                   slices, in 16 bits both staged from channels-last copies (dY's made once
+                   for both); the bias's by per-channel sums.
   group_norm       one kernel for dx and one for the parameters (cuda/groupnorm_backward.cu),
                    the scale of group_norm_scale included.
   scale            dx = dy * scale (the scale kernel itself); dscale = per-channel sums of dy * x.
@@ -73,16 +71,18 @@ def _per_channel(sums, param):
 
 def _conv_grads(grad, x, weight, bias_given, stride, padding, dilation, algorithm,
                 workspace_bytes, gemm_version, needs_x=None, needs_weight=None, needs_bias=None):
-    """(dx, dweight, dbias) of conv2d(x, weight, bias) given the output's gradient; None for
-    each that is not needed. The im2col algorithm's on its CUDA-core GEMM (gemm_version, in a
-    workspace of workspace_bytes), the implicit GEMM's on the tensor cores."""
+    """(dx, dweight, dbias) of conv2d(x, weight, bias) given the output's gradient, None where
+    not needed: the im2col algorithm's on gemm_version's GEMM, else on the tensor cores."""
     if algorithm == CONV2D_ALGORITHMS["implicit_gemm"]:
         workspace_bytes, gemm_version = TENSOR_CORE_GRAD_WORKSPACE_BYTES, GEMM_TENSOR_CORE_VERSION
     dx = dw = db = None
-    if needs_x:
+    if needs_x and needs_weight:  # (both at once: dy made channels-last once where it can)
+        dx, dw = OPS._conv2d_grads(grad, x, weight, stride, padding, dilation, workspace_bytes,
+                                   gemm_version)
+    elif needs_x:
         dx = OPS._conv2d_input_grad(grad, weight, list(x.shape), stride, padding, dilation,
                                     workspace_bytes, gemm_version)
-    if needs_weight:
+    elif needs_weight:
         dw = OPS._conv2d_weight_grad(grad, x, list(weight.shape), stride, padding, dilation,
                                      workspace_bytes, gemm_version)
     if needs_bias and bias_given:

@@ -76,6 +76,8 @@ BACKWARD_SCHEMAS = {
     "_conv2d_weight_grad": "(Tensor grad, Tensor input, int[] weight_size, int[] stride, "
                            "int[] padding, int[] dilation, int workspace_bytes, "
                            "int gemm_version) -> Tensor",
+    "_conv2d_grads": "(Tensor grad, Tensor input, Tensor weight, int[] stride, int[] padding, "
+                     "int[] dilation, int workspace_bytes, int gemm_version) -> (Tensor, Tensor)",
     "_channel_sums": "(Tensor input, Tensor? other, float factor) -> Tensor",
     "_transpose": "(Tensor input) -> Tensor",
     "_batch_sum": "(Tensor input) -> Tensor",

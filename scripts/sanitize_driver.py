@@ -200,6 +200,15 @@ def staged_a_kernels():
                       dy, x, list(w_shape), [1, 1], [padding] * 2, [dilation] * 2, 1 << 30,
                       scratchops.versions.GEMM_TENSOR_CORE_VERSION),
                   reference(), equal_nan=True, tol=tol)
+    # Both gradients at once, dy's channels-last copy made once for both.
+    x, w, dy = half(2, 64, 12, 70), half(96, 64, 3, 3), half(2, 96, 10, 68)
+    dx, dw = torch.ops.scratchops._conv2d_grads(dy, x, w, [1, 1], [0, 0], [1, 1], 1 << 30,
+                                                scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+    check("bf16 conv2d gradients at once: dx", dx,
+          torch.nn.grad.conv2d_input(x.shape, w, dy), tol=tol)
+    check("bf16 conv2d gradients at once: dw", dw,
+          torch.nn.grad.conv2d_weight(x.double().cpu(), w.shape, dy.double().cpu()).to(
+              "cuda", torch.bfloat16), tol=tol)
 
 def check_grads(label, ours, ref, *inputs):
     """The gradients of ours(*inputs) and ref(*inputs) for one random output gradient."""

@@ -358,3 +358,36 @@ def test_half_weight_gradient_v3_nan_and_inf(dtype, inf_column):
     assert torch.equal(ours.isinf(), ref64.isinf())
     finite = ref64.isfinite()
     torch.testing.assert_close(ours[finite].float(), ref[finite].float(), atol=1e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_gradients_together_make_dy_channels_last_once(dtype):
+    """_conv2d_grads (both gradients at once, what conv2d's backward calls when it wants both)
+    gives the bits of the two operators apart, and where the input gradient v3 and the weight
+    gradient v3 each take the whole batch within the budget, makes dy's channels-last copy
+    once: one copy kernel fewer than the two apart. With a budget too small for either (1
+    byte), it runs them apart: the same copies."""
+    x = rand(3, 64, 40, 150, dtype=dtype)
+    w = (rand(128, 64, 3, 3) / 24).to(dtype)
+    dy = rand(3, 128, 38, 148, dtype=dtype)
+    tail = ([1, 1], [0, 0], [1, 1])
+    version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+
+    def together(budget):
+        return torch.ops.scratchops._conv2d_grads(dy, x, w, *tail, budget, version)
+
+    def apart(budget):
+        return (torch.ops.scratchops._conv2d_input_grad(dy, w, list(x.shape), *tail, budget,
+                                                        version),
+                torch.ops.scratchops._conv2d_weight_grad(dy, x, list(w.shape), *tail, budget,
+                                                         version))
+
+    def copies(call):
+        return sum(n for name, n in launches(call).items() if "channels_last_kernel" in name)
+
+    for budget, fewer in ((scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES, 1), (1, 0)):
+        both, alone = together(budget), apart(budget)
+        assert torch.equal(both[0], alone[0]) and torch.equal(both[1], alone[1]), budget
+        assert copies(lambda: together(budget)) == copies(lambda: apart(budget)) - fewer, budget
+    ref64 = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double())
+    assert_half_matches(both[1], torch.nn.grad.conv2d_weight(x, w.shape, dy), ref64)

@@ -780,6 +780,55 @@ Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef 
     });
 }
 
+// (dx, dW) of conv2d at once: dy's channels-last copy made once for both where the two staged
+// versions take the whole batch within the budget (conv2d_grads_shared_bytes), else the two
+// operators above one after the other; the same bits either way.
+std::tuple<Tensor, Tensor> conv2d_grads_cuda(const Tensor& grad, const Tensor& x,
+                                             const Tensor& weight, IntArrayRef stride,
+                                             IntArrayRef padding, IntArrayRef dilation,
+                                             int64_t workspace_bytes, int64_t gemm_version) {
+    auto apart = [&] {
+        return std::make_tuple(
+            conv2d_input_grad_cuda(grad, weight, x.sizes(), stride, padding, dilation,
+                                   workspace_bytes, gemm_version),
+            conv2d_weight_grad_cuda(grad, x, weight.sizes(), stride, padding, dilation,
+                                    workspace_bytes, gemm_version));
+    };
+    if (x.scalar_type() == at::kFloat || gemm_version != kGemmTensorCoreVersion ||
+        x.dim() != 4 || weight.dim() != 4 || x.size(0) == 0)
+        return apart();  // (which also checks every argument and gives their errors)
+    check_tensor(weight, "weight", 4, 4, nullptr, kAll);
+    check_tensor(x, "input", 4, 4, &weight, kAllButBatch);
+    check_tensor(grad, "grad", 4, 4, &x);
+    SCRATCHOPS_ARG(x.size(1) == weight.size(1), "input and weight must have the same C");
+    const Conv2dGeometry g =
+        conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0),
+                         weight.sizes().slice(2), stride, padding, dilation);
+    const TensorCorePath engine = conv_grad_engine(x, gemm_version);
+    const int batch = i32(x.size(0)), out_channels = i32(weight.size(0));
+    const long long bytes = with_element_type(x, [&](auto e) {
+        using T = typename decltype(e)::type;
+        return conv2d_grads_shared_bytes<T>(batch, out_channels, g, i32(gemm_version), engine,
+                                            workspace_bytes);
+    });
+    if (bytes == 0) return apart();
+    c10::cuda::CUDAGuard guard(x.device());
+    Tensor dx = new_output(x, x.sizes()), dw = new_output(x, weight.sizes());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    const cudaError_t err = with_element_type(x, [&](auto e) {
+        using T = typename decltype(e)::type;
+        const at::DataPtr ws = workspace(bytes);
+        return conv2d_grads_shared_launch<T>(data<T>(grad), data<T>(x), data<T>(weight),
+                                             static_cast<T*>(dx.data_ptr()),
+                                             static_cast<T*>(dw.data_ptr()), batch,
+                                             out_channels, g, engine, workspace_bytes, ws.get(),
+                                             stream);
+    });
+    TORCH_CHECK(err == cudaSuccess, "scratchops: conv2d gradients failed: ",
+                cudaGetErrorString(err));
+    return {dx, dw};
+}
+
 // out[c] = factor * sum of x (times other, when given) over every dimension but dim 1.
 Tensor channel_sums_cuda(const Tensor& x, const OptTensor& other, double factor) {
     const Planes p = planes(x);
@@ -963,6 +1012,7 @@ void each_backward_operator(Register&& reg) {
     reg("_col2im", &col2im_cuda);
     reg("_conv2d_input_grad", &conv2d_input_grad_cuda);
     reg("_conv2d_weight_grad", &conv2d_weight_grad_cuda);
+    reg("_conv2d_grads", &conv2d_grads_cuda);
     reg("_channel_sums", &channel_sums_cuda);
     reg("_transpose", &transpose_cuda);
     reg("_batch_sum", &batch_sum_cuda);
