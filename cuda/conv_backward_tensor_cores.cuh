@@ -2,8 +2,9 @@
 // and their reasons are listed at the top of conv_backward.cu): the input gradient v2, a
 // convolution of dy on the implicit GEMM, the weight gradient v2, an implicit GEMM in ordered
 // slices (conv_weight_grad_implicit.cuh), and its v3, both operands staged by the copy engine
-// (conv_weight_grad_staged.cuh, its launch in conv_weight_grad_staged_launch.cuh). Included
-// by conv_backward.cu after the helpers every version shares (GradShape, aligned_elements, the
+// (conv_weight_grad_staged.cuh, its launch in conv_weight_grad_staged_launch.cuh), and the two
+// at once with dy's copy shared (conv2d_grads_shared_launch, at the end). Included by
+// conv_backward.cu after the helpers every version shares (GradShape, aligned_elements, the
 // flipped weights' geometry and workspace).
 #pragma once
 
@@ -252,4 +253,52 @@ cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
 }
 
 }  // namespace
+
+// Both gradients at once, dy's channels-last copy shared (launchers_backward.h): the input
+// gradient v3 in one chunk, its workspace [Wf, packed Wf, dy's copy], then the weight gradient
+// v3 in one chunk reading that copy, its workspace after it without a copy of dy.
+template <class T>
+long long conv2d_grads_shared_bytes(int batch, int out_channels, const Conv2dGeometry& g,
+                                    int gemm_version, TensorCorePath engine, long long budget) {
+    if constexpr (std::is_same_v<T, float>) {
+        return 0;  // (3xTF32 stages neither; TF32's weight gradient is v2's)
+    } else {
+        if (batch <= 0 || !on_tensor_cores(gemm_version) || !input_grad_is_a_convolution(g) ||
+            staged_dy_images<T>(batch, out_channels, g, engine, false, budget) != batch)
+            return 0;
+        const StagedWeightGrad w = staged_weight_grad<T>(batch, out_channels, g, engine, budget);
+        if (w.images != batch) return 0;
+        // [Wf, packed Wf, dy's copy] then the weight gradient's workspace less its copy of
+        // dy: the weight gradient's chunk counts dy's copy, once for both.
+        const FlippedWeights f = flipped_weights<T>(out_channels, g);
+        const long long bytes = (f.flipped + f.packed) * static_cast<long long>(sizeof(T)) +
+                                w.fixed + w.chunk_bytes(g, batch);
+        return bytes <= budget ? bytes : 0;
+    }
+}
+
+template <class T>
+cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight, T* dx, T* dw,
+                                       int batch, int out_channels, const Conv2dGeometry& g,
+                                       TensorCorePath engine, long long budget, void* workspace,
+                                       cudaStream_t stream) {
+    if constexpr (std::is_same_v<T, float>) {
+        return cudaErrorInvalidValue;
+    } else {
+        const FlippedWeights f = flipped_weights<T>(out_channels, g);
+        const long long input_part =
+            (f.flipped + f.packed) * static_cast<long long>(sizeof(T)) +
+            conv2d_implicit_channels_last_bytes<T>(batch, input_grad_geometry(g, out_channels));
+        const StagedWeightGrad w = staged_weight_grad<T>(batch, out_channels, g, engine, budget);
+        if (w.images != batch) return cudaErrorInvalidValue;
+        cudaError_t err = input_grad_as_convolution(dy, weight, dx, batch, out_channels, g,
+                                                    engine, false, static_cast<T*>(workspace),
+                                                    input_part, stream);
+        if (err != cudaSuccess) return err;
+        const T* dy_copy = static_cast<const T*>(workspace) + f.flipped + f.packed;
+        return weight_grad_staged(dy, x, dw, batch, out_channels, g, w,
+                                  static_cast<uint8_t*>(workspace) + input_part, stream, dy_copy);
+    }
+}
+
 }  // namespace scratchops

@@ -60,7 +60,7 @@ cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int b
                                       TensorCorePath engine, bool tf32, T* workspace,
                                       long long workspace_elements, cudaStream_t stream);
 // Both gradients of a convolution at once, dy's channels-last copy made once for both
-// (conv_backward.cu): where the input gradient v3 and the weight gradient v3 each run the whole
+// (conv_backward_tensor_cores.cuh): where the input gradient v3 and the weight gradient v3 each run the whole
 // batch in one chunk and together fit the budget, conv2d_grads_shared_bytes is the workspace
 // they take (16-byte aligned), else 0 (the caller then runs the two launches above, each as
 // if alone: the same bits either way). The half types on the tensor cores only.
