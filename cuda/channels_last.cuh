@@ -2,7 +2,9 @@
 // image's C x HW matrix transposed through shared memory with 16-byte accesses on both sides
 // (transpose.cu's v1 moves one element a thread, and in 16 bits only 64 bytes a warp: half the
 // copy rate). Its own kernel (transpose.cu's channels_last_launch) or the implicit-GEMM
-// convolution v4's grid before its first tile (conv_implicit_staged_a.cuh) moves the tiles.
+// convolution v4's grid before its first tile (conv_implicit_staged_a.cuh) moves the tiles;
+// P31's min rule (channelwise_backward.cu, v4) fills tiles with its gradient and stores them
+// with the store half.
 #pragma once
 
 #include <cstdint>
@@ -46,38 +48,18 @@ __device__ __forceinline__ uint32_t element_bits(T v) {
         return *reinterpret_cast<const unsigned short*>(&v);
     }
 }
-// Every thread of the `threads` calls it (a barrier between the tile's reads and its writes);
-// a caller that reuses `tile` for another tile puts a barrier between the two calls. In the
-// TF32 mode (kTf32Nearest) each value is rounded to the nearest TF32 on the way.
+// The tile's store half: tile[r][col] (channel c0 + r, pixel p0 + col, filled by the caller)
+// written to image `dst` (P x C) as 16-byte vectors of a pixel's kVec consecutive channels,
+// read down a column of the tile. Every thread of the `threads` calls it after a barrier that
+// follows the tile's fill. In the TF32 mode (kTf32Nearest) each value is rounded to the
+// nearest TF32 on the way.
 template <class T, bool kTf32Nearest>
-__device__ __forceinline__ void channels_last_tile(const T* __restrict__ x, T* __restrict__ y,
-                                                   int channels, int pixels, int tiles_p,
-                                                   int tile_index, int image,
-                                                   T (*tile)[kVecTile + 1], int thread,
-                                                   int threads) {
+__device__ __forceinline__ void channels_last_tile_store(const T (*tile)[kVecTile + 1],
+                                                         T* __restrict__ dst, int channels,
+                                                         int pixels, int c0, int p0, int thread,
+                                                         int threads) {
     constexpr int kVec = 16 / static_cast<int>(sizeof(T));
     constexpr int kVecsRow = kVecTile / kVec;  // vectors in a tile row
-    const int c0 = tile_index / tiles_p * kVecTile, p0 = tile_index % tiles_p * kVecTile;
-    const long long offset = static_cast<long long>(channels) * pixels * image;
-    const T* src = x + offset;
-    T* dst = y + offset;
-    // (16-byte loads need x itself 16-byte aligned too: a contiguous view may start anywhere)
-    const bool aligned = pixels % kVec == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    for (int v = thread; v < kVecTile * kVecsRow; v += threads) {
-        const int r = v / kVecsRow, col = v % kVecsRow * kVec;  // channel c0 + r, pixel p0 + col
-        const int c = c0 + r, p = p0 + col;
-        if (c >= channels) continue;
-        if (aligned && p + kVec <= pixels) {
-            const uint4 chunk =
-                *reinterpret_cast<const uint4*>(src + static_cast<long long>(c) * pixels + p);
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) tile[r][col + i] = vector_element<T>(chunk, i);
-        } else {
-            for (int i = 0; i < kVec && p + i < pixels; ++i)
-                tile[r][col + i] = src[static_cast<long long>(c) * pixels + p + i];
-        }
-    }
-    __syncthreads();
     // (channels % kVec == 0 where v4 runs; other counts go element by element)
     const bool aligned_out = channels % kVec == 0;
     for (int v = thread; v < kVecTile * kVecsRow; v += threads) {
@@ -100,6 +82,40 @@ __device__ __forceinline__ void channels_last_tile(const T* __restrict__ x, T* _
                 out[i] = vector_element<T>(chunk, i);
         }
     }
+}
+
+// Every thread of the `threads` calls it (a barrier between the tile's reads and its writes);
+// a caller that reuses `tile` for another tile puts a barrier between the two calls.
+template <class T, bool kTf32Nearest>
+__device__ __forceinline__ void channels_last_tile(const T* __restrict__ x, T* __restrict__ y,
+                                                   int channels, int pixels, int tiles_p,
+                                                   int tile_index, int image,
+                                                   T (*tile)[kVecTile + 1], int thread,
+                                                   int threads) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+    constexpr int kVecsRow = kVecTile / kVec;  // vectors in a tile row
+    const int c0 = tile_index / tiles_p * kVecTile, p0 = tile_index % tiles_p * kVecTile;
+    const long long offset = static_cast<long long>(channels) * pixels * image;
+    const T* src = x + offset;
+    // (16-byte loads need x itself 16-byte aligned too: a contiguous view may start anywhere)
+    const bool aligned = pixels % kVec == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    for (int v = thread; v < kVecTile * kVecsRow; v += threads) {
+        const int r = v / kVecsRow, col = v % kVecsRow * kVec;  // channel c0 + r, pixel p0 + col
+        const int c = c0 + r, p = p0 + col;
+        if (c >= channels) continue;
+        if (aligned && p + kVec <= pixels) {
+            const uint4 chunk =
+                *reinterpret_cast<const uint4*>(src + static_cast<long long>(c) * pixels + p);
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) tile[r][col + i] = vector_element<T>(chunk, i);
+        } else {
+            for (int i = 0; i < kVec && p + i < pixels; ++i)
+                tile[r][col + i] = src[static_cast<long long>(c) * pixels + p + i];
+        }
+    }
+    __syncthreads();
+    channels_last_tile_store<T, kTf32Nearest>(tile, y + offset, channels, pixels, c0, p0,
+                                              thread, threads);
 }
 
 }  // namespace scratchops

@@ -43,6 +43,8 @@
 //                               every sum stay v2's, so the bits do too (channel_sums' loop,
 //                               with no store, the compiler unrolls with about a dozen loads
 //                               ahead by itself)
+//   min_add_mul_backward v4     v2 written channels-last, conv2d's gradients' copy of dy made
+//   channels-last               by the same pass: min_add_mul_backward_channels_last.cu
 
 #include "common.cuh"
 #include "launchers.h"

@@ -341,10 +341,11 @@ cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int b
 #define X(T)                                                                                  \
     template long long conv2d_grads_shared_bytes<T>(int, int, const Conv2dGeometry&, int,    \
                                                     TensorCorePath, long long);               \
+    template long long conv2d_grads_shared_dy_offset<T>(int, const Conv2dGeometry&);         \
     template cudaError_t conv2d_grads_shared_launch<T>(const T*, const T*, const T*, T*, T*,  \
                                                        int, int, const Conv2dGeometry&,       \
                                                        TensorCorePath, long long, void*,      \
-                                                       cudaStream_t);                         \
+                                                       cudaStream_t, bool);                   \
     template cudaError_t col2im_launch<T>(const T*, T*, int, const Conv2dGeometry&,           \
                                           cudaStream_t);                                      \
     template long long conv2d_grad_workspace_elements<T>(bool, int, int, const Conv2dGeometry&, \

@@ -42,7 +42,8 @@ int staged_dy_images(int batch, int out_channels, const Conv2dGeometry& g, Tenso
 
 // Input gradient v2: dx = conv2d(dy, Wf, padding dil*(k-1) - pad) on the tensor cores, in
 // chunks of staged_dy_images images where v4 stages dy (workspace_bytes: the workspace's size);
-// tf32: the forward's TF32 mode (conv2d_implicit_launch's tf32).
+// tf32: the forward's TF32 mode (conv2d_implicit_launch's tf32). dy nullptr: v4 stages the
+// whole batch in one chunk and dy's channels-last copy is in the workspace already.
 template <class T>
 cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int batch,
                                       int out_channels, const Conv2dGeometry& g,
@@ -62,6 +63,7 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
     const ConvTail<T> none{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f};
     const int staged =
         staged_dy_images<T>(batch, out_channels, g, engine, tf32, workspace_bytes);
+    if (dy == nullptr && staged != batch) return cudaErrorInvalidValue;
     if (staged == 0)
         return conv2d_implicit_launch<T>(dy, packed, nullptr, dx, batch, g.channels, flipped_g,
                                          none, tf32, engine, stream,
@@ -71,7 +73,8 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
     void* channels_last = workspace + f.flipped + f.packed;
     for (int n0 = 0; n0 < batch && err == cudaSuccess; n0 += staged) {
         const int count = batch - n0 < staged ? batch - n0 : staged;
-        err = conv2d_implicit_launch<T>(dy + n0 * dy_image, packed, nullptr, dx + n0 * dx_image,
+        const T* chunk = dy == nullptr ? nullptr : dy + n0 * dy_image;
+        err = conv2d_implicit_launch<T>(chunk, packed, nullptr, dx + n0 * dx_image,
                                         count, g.channels, flipped_g, none, tf32, engine,
                                         stream, /*group_k_blocks=*/false, channels_last,
                                         flipped);
@@ -278,24 +281,31 @@ long long conv2d_grads_shared_bytes(int batch, int out_channels, const Conv2dGeo
 }
 
 template <class T>
+long long conv2d_grads_shared_dy_offset(int out_channels, const Conv2dGeometry& g) {
+    const FlippedWeights f = flipped_weights<T>(out_channels, g);
+    return (f.flipped + f.packed) * static_cast<long long>(sizeof(T));
+}
+
+template <class T>
 cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight, T* dx, T* dw,
                                        int batch, int out_channels, const Conv2dGeometry& g,
                                        TensorCorePath engine, long long budget, void* workspace,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream, bool dy_copied) {
     if constexpr (std::is_same_v<T, float>) {
         return cudaErrorInvalidValue;
     } else {
-        const FlippedWeights f = flipped_weights<T>(out_channels, g);
+        const long long dy_offset = conv2d_grads_shared_dy_offset<T>(out_channels, g);
         const long long input_part =
-            (f.flipped + f.packed) * static_cast<long long>(sizeof(T)) +
+            dy_offset +
             conv2d_implicit_channels_last_bytes<T>(batch, input_grad_geometry(g, out_channels));
         const StagedWeightGrad w = staged_weight_grad<T>(batch, out_channels, g, engine, budget);
         if (w.images != batch) return cudaErrorInvalidValue;
-        cudaError_t err = input_grad_as_convolution(dy, weight, dx, batch, out_channels, g,
-                                                    engine, false, static_cast<T*>(workspace),
-                                                    input_part, stream);
+        cudaError_t err = input_grad_as_convolution(dy_copied ? nullptr : dy, weight, dx, batch,
+                                                    out_channels, g, engine, false,
+                                                    static_cast<T*>(workspace), input_part, stream);
         if (err != cudaSuccess) return err;
-        const T* dy_copy = static_cast<const T*>(workspace) + f.flipped + f.packed;
+        const auto* dy_copy =
+            reinterpret_cast<const T*>(static_cast<const uint8_t*>(workspace) + dy_offset);
         return weight_grad_staged(dy, x, dw, batch, out_channels, g, w,
                                   static_cast<uint8_t*>(workspace) + input_part, stream, dy_copy);
     }

@@ -120,7 +120,7 @@ struct Walk {
 // images, the copy y (a_map's base), and whether the kernel's grid makes it before its first
 // tile (by_grid: see copy_channels_last; set by the launch) or its own kernel did.
 struct ChannelsLastCopy {
-    const void* x = nullptr;
+    const void* x = nullptr;  // nullptr: y holds the copy already
     void* y = nullptr;
     int channels = 0, pixels = 0, batch = 0;
     bool by_grid = false;

@@ -87,9 +87,11 @@ cudaError_t launch_as(const ChannelsLastCopy& copy, const Conv2dGeometry& g, int
         static_cast<long long>(copy.batch) * copy.channels * copy.pixels * sizeof(Op);
     return tc::launch_packing_b<BN, Op, true>(
         b_source, packed, layout, ctas, true, stream, [&](bool pack_inside, int grid_ctas) {
-            // The copy by the grid where it packs and the copy is small, else its kernel first.
-            params.copy.by_grid = pack_inside && copy_bytes <= kChannelsLastInsideBytes;
-            if (!params.copy.by_grid) {
+            // The copy by the grid where it packs and the copy is small, else its kernel first
+            // (neither where it is made already).
+            const bool to_make = copy.x != nullptr;
+            params.copy.by_grid = to_make && pack_inside && copy_bytes <= kChannelsLastInsideBytes;
+            if (to_make && !params.copy.by_grid) {
                 const cudaError_t copied = channels_last_launch<Op>(
                     static_cast<const Op*>(copy.x), static_cast<Op*>(copy.y), copy.batch,
                     copy.channels, copy.pixels, std::is_same_v<Op, float>, stream);

@@ -174,7 +174,8 @@ struct ConvTail {
 // single-product mode, stride 1, Cin of at least a k-block whose row of values is a multiple
 // of 16 bytes), the caller may pack with staged = true and give the launch a workspace of
 // conv2d_implicit_channels_last_bytes (16-byte aligned) for a channels-last copy of x; the
-// copy engine then stages A in shared memory. Otherwise staged = false and nullptr.
+// copy engine then stages A in shared memory. Otherwise staged = false and nullptr. x may be
+// nullptr where that workspace holds the copy already (the launch then makes none).
 template <class T>
 bool conv2d_implicit_stages_a(const Conv2dGeometry& g, bool tf32, TensorCorePath engine);
 template <class T>

@@ -60,10 +60,13 @@ cudaError_t conv2d_weight_grad_launch(const T* dy, const T* x, T* dweight, int b
                                       TensorCorePath engine, bool tf32, T* workspace,
                                       long long workspace_elements, cudaStream_t stream);
 // Both gradients of a convolution at once, dy's channels-last copy made once for both
-// (conv_backward_tensor_cores.cuh): where the input gradient v3 and the weight gradient v3 each run the whole
-// batch in one chunk and together fit the budget, conv2d_grads_shared_bytes is the workspace
-// they take (16-byte aligned), else 0 (the caller then runs the two launches above, each as
-// if alone: the same bits either way). The half types on the tensor cores only.
+// (conv_backward_tensor_cores.cuh): where the input gradient v3 and the weight gradient v3
+// each run the whole batch in one chunk and together fit the budget,
+// conv2d_grads_shared_bytes is the workspace they take (16-byte aligned), else 0 (the caller
+// then runs the two launches above, each as if alone: the same bits either way). The half
+// types on the tensor cores only. dy_copied: dy's channels-last copy is already in the
+// workspace, at conv2d_grads_shared_dy_offset bytes (min_add_mul_backward_kept_channels_last
+// wrote it there), and dy is not read.
 template <class T>
 long long conv2d_grads_shared_bytes(int batch, int out_channels, const Conv2dGeometry& g,
                                     int gemm_version, TensorCorePath engine, long long budget);
@@ -71,7 +74,9 @@ template <class T>
 cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight, T* dx, T* dw,
                                        int batch, int out_channels, const Conv2dGeometry& g,
                                        TensorCorePath engine, long long budget, void* workspace,
-                                       cudaStream_t stream);
+                                       cudaStream_t stream, bool dy_copied = false);
+template <class T>
+long long conv2d_grads_shared_dy_offset(int out_channels, const Conv2dGeometry& g);
 // Whether a convolution's gradient on the tensor cores computes in TF32 where torch allows it:
 // the forward's rule (conv2d_uses_tf32, launchers.h) on the gradient's own reduction, dy's
 // Cout*kh*kw for the input gradient (a convolution of dy) and the batch's output pixels for the
@@ -106,6 +111,17 @@ cudaError_t min_add_mul_backward_kept_launch(const T* dy, const uint8_t* halves,
                                              T* bias_grad, T* conv_bias_grad, int batch,
                                              int channels, int plane_size, float factor,
                                              float* workspace, cudaStream_t stream);
+// The same with dx written channels-last, (N, H, W, C) for N x C planes of `pixels` (the copy
+// of dy that conv2d_grads_shared_launch reads), and the two sums in an order of their own
+// (deterministic, fixed by the shape). workspace: ..._channels_last_workspace_bytes.
+long long min_add_mul_backward_kept_channels_last_workspace_bytes(int batch, int channels,
+                                                                 int pixels);
+template <class T>
+cudaError_t min_add_mul_backward_kept_channels_last_launch(const T* dy, const uint8_t* halves,
+                                                           T* dx_channels_last, T* bias_grad,
+                                                           T* conv_bias_grad, int batch,
+                                                           int channels, int pixels, float factor,
+                                                           float* workspace, cudaStream_t stream);
 
 // --------------------------------------------------------------- groupnorm_backward.cu
 // dx of y = group_norm(x) * scale (gamma, beta, scale nullptr when absent), and the gradients

@@ -7,16 +7,14 @@ schema (None for the non-tensor arguments and for inputs that need none). A form
 scratchops kernels only: the public operators, and the private operators
 torch.ops.scratchops._<name> (schemas in _library.BACKWARD_SCHEMAS, kernels in cuda/*_backward.cu
 and cuda/transpose.cu, whose headers derive each formula). The only torch work in a backward is
-view metadata (a bias gradient of shape (C,) viewed as the bias's (C, 1, 1)) and, when the
-incoming gradient is not contiguous (y.sum()'s, an expanded tensor), torch's copy that makes it
-so: the kernels read contiguous memory.
+view metadata (a bias gradient (C,) viewed as the bias's (C, 1, 1)) and, when the incoming
+gradient is not contiguous (y.sum()'s), torch's copy that makes it so.
 
 What each backward computes:
   im2col           col2im, its transpose.
   gemm             dA = dC Bᵀ, dB = Aᵀ dC (the transposed operand written out, then the same
-                   gemm, version and TF32 switch included, as torch's matmul backward follows
-                   the matmul switch); an operand shared across the batch gets the sum over the
-                   batch; the bias the sum of dC over the batch and the columns.
+                   gemm, version and TF32 switch included, as torch's matmul backward); an
+                   operand shared across the batch gets the batch's sum; the bias dC's sums.
   conv2d           the im2col + GEMM chain transposed (cuda/conv_backward.cu), on the im2col
                    forward's CUDA-core GEMM (fp32 under every switch); after a tensor-core
                    forward on the tensor cores, fp32-accurate or TF32 as the forward
@@ -28,21 +26,20 @@ What each backward computes:
   scale            dx = dy * scale (the scale kernel itself); dscale = per-channel sums of dy * x.
   min_add_mul      torch.minimum's rule, then per-channel sums for the bias.
   conv2d_min_add_mul  the min's rule from the shares its forward kept (the keeping operator,
-                   scratchops._library.KEEPING_SCHEMAS: what scratchops.conv2d_min_add_mul
+                   scratchops._library.KEEPING_SCHEMAS, which scratchops.conv2d_min_add_mul
                    runs when a gradient is wanted), or from the convolution computed again
-                   (torch.ops.scratchops.conv2d_min_add_mul, which keeps nothing); then the
-                   convolution's gradients as conv2d's.
+                   (torch.ops.scratchops.conv2d_min_add_mul keeps nothing); then conv2d's
+                   gradients. Kept shares with dX and dW wanted: the rule writes its gradient
+                   channels-last, where conv2d's gradients read their copy of dY.
   max_pool2d_clamp the clamp's rule at the window's maximum, then the pool's gather to the
                    element torch's max_pool2d would have recorded (cuda/pool_clamp_backward.cu).
   clamp            dy where lo <= x <= hi.
   conv2d_group_norm_pool_clamp  from what its keeping form kept (each window's extreme,
-                   each group's statistics; _library.KEEPING_SCHEMAS), one fused kernel that
-                   computes the convolution again tile by tile and feeds the gradient it forms
-                   straight into the input, weight and bias gradients (neither the
-                   convolution's output nor its gradient is written); or, after the public
-                   operator (which keeps nothing) and where the fused kernel does not cover the
-                   call, through its parts in the reverse order: the convolution and group norm
-                   outputs computed again by the forward operators.
+                   each group's statistics), one fused kernel that computes the convolution
+                   again tile by tile and feeds the gradient it forms straight into dX, dW and
+                   the biases' (the convolution's output and its gradient never written); or,
+                   after the public operator (which keeps nothing) and where the fused kernel
+                   does not cover the call, through its parts, their outputs computed again.
 """
 
 from __future__ import annotations
@@ -97,11 +94,9 @@ def setup_im2col(ctx, inputs, output):
 
 
 def backward_im2col(ctx, grad):
-    dx = None
-    if ctx.needs_input_grad[0]:
-        dx = OPS._col2im(_contiguous(grad), ctx.input_hw, ctx.kernel_size, ctx.dilation,
-                         ctx.padding, ctx.stride)
-    return dx, None, None, None, None, None
+    return (OPS._col2im(_contiguous(grad), ctx.input_hw, ctx.kernel_size, ctx.dilation,
+                        ctx.padding, ctx.stride) if ctx.needs_input_grad[0] else None,
+            None, None, None, None, None)
 
 
 # ----------------------------------------------------------------------------------- gemm
@@ -177,6 +172,11 @@ def backward__conv2d_min_add_mul_keeping(ctx, grad, _halves_grad):
     x, weight, conv_bias, bias, halves = ctx.saved_tensors
     if grad is None:
         return (None,) * 9
+    if ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:  # all four at once (binding.cpp)
+        grads = OPS._conv2d_min_add_mul_grads_kept(
+            _contiguous(grad), halves, x, weight, ctx.factor, ctx.stride, ctx.padding,
+            ctx.dilation, TENSOR_CORE_GRAD_WORKSPACE_BYTES, GEMM_TENSOR_CORE_VERSION)
+        return _min_add_mul_results(ctx, conv_bias, bias, *grads)
     return _conv2d_min_add_mul_grads(
         ctx, grad, x, weight, conv_bias, bias,
         lambda grad: OPS._min_add_mul_backward_kept(grad, halves, ctx.factor))
@@ -194,16 +194,19 @@ def _conv2d_min_add_mul_grads(ctx, grad, x, weight, conv_bias, bias, min_rule):
     dx, dw, _ = _conv_grads(conv_grad, x, weight, False, ctx.stride, ctx.padding, ctx.dilation,
                             IMPLICIT_GEMM, DEFAULT_CONV_WORKSPACE_BYTES,
                             DEFAULT_IM2COL_GEMM_VERSION, needs[0], needs[1], False)
-    if not (needs[2] and conv_bias is not None):
-        dcb = None
-    elif dcb is None:
+    if needs[2] and conv_bias is not None and dcb is None:
         dcb = OPS._channel_sums(conv_grad, None, 1.0)
-    if not needs[7]:
-        dbias = None
-    elif dbias is None:
+    if needs[7] and dbias is None:
         dbias = OPS._channel_sums(grad, None, ctx.factor)
-    return (dx, dw, None if dcb is None else _per_channel(dcb, conv_bias), None, None, None,
-            None, None if dbias is None else _per_channel(dbias, bias), None)
+    return _min_add_mul_results(ctx, conv_bias, bias, dx, dw, dcb, dbias)
+
+
+def _min_add_mul_results(ctx, conv_bias, bias, dx, dw, dcb, dbias):
+    """The nine gradients from the four found (the two bias gradients as (C,))."""
+    needs = ctx.needs_input_grad
+    dcb = _per_channel(dcb, conv_bias) if needs[2] and conv_bias is not None else None
+    return (dx, dw, dcb, None, None, None, None,
+            _per_channel(dbias, bias) if needs[7] else None, None)
 
 
 # --------------------------------------------------- P85: conv2d_group_norm_pool_clamp
@@ -245,11 +248,9 @@ def _gn_pool_grads_recomputed(ctx, grad, x, weight, conv_bias, gn_weight, gn_bia
             dscale if needs[6] else None, None, None, None, None)
 
 
-# P85's keeping form (what scratchops.conv2d_group_norm_pool_clamp runs when a gradient is
-# wanted and the fused backward covers the call's shape): its backward computes the
-# convolution again tile by tile from the kept extremes and statistics, in one fused kernel
-# (cuda/conv_gn_pool_backward.cu), on a GPU that lends its block the shared memory; on others
-# (sm_80-89) through the parts, as the public operator's.
+# P85's keeping form (scratchops.conv2d_group_norm_pool_clamp's when a gradient is wanted and
+# the fused backward covers the shape): one fused kernel (cuda/conv_gn_pool_backward.cu) on a
+# GPU that lends its block the shared memory; on others (sm_80-89) through the parts.
 def setup__conv2d_group_norm_pool_clamp_keeping(ctx, inputs, output):
     ctx.mark_non_differentiable(output[1], output[2])
     ctx.set_materialize_grads(False)  # (no zeros made for the kept tensors' gradients)
@@ -257,8 +258,7 @@ def setup__conv2d_group_norm_pool_clamp_keeping(ctx, inputs, output):
 
 
 def _fused_backward_runs(x, weight) -> bool:
-    """Whether the fused kernel runs this call on x's GPU (binding.cpp's question, which asks
-    the GPU its shared memory). Off the GPU (meta tensors) the fakes stand for it."""
+    """Whether the fused kernel runs on x's GPU (binding.cpp asks its shared memory)."""
     if x.device.type != "cuda":
         return True
     cout, cin, kh, kw = (int(n) for n in weight.shape)

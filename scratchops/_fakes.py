@@ -104,6 +104,13 @@ def _min_add_mul_backward_kept(grad, halves, factor):
             grad.new_empty((grad.shape[1],)))
 
 
+def _conv2d_min_add_mul_grads_kept(grad, halves, input, weight, factor, stride, padding,
+                                   dilation, workspace_bytes, gemm_version):
+    channels = (grad.shape[1],)
+    return (grad.new_empty(input.shape), grad.new_empty(weight.shape), grad.new_empty(channels),
+            grad.new_empty(channels))
+
+
 def _conv2d_group_norm_pool_clamp_backward_kept(grad, input, weight, conv_bias, num_groups,
                                                 gn_weight, gn_bias, scale, extremes, stats, min,
                                                 max):

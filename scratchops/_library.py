@@ -91,6 +91,10 @@ BACKWARD_SCHEMAS = {
                              "-> Tensor",
     "_min_add_mul_backward_kept": "(Tensor grad, Tensor halves, float factor) "
                                   "-> (Tensor, Tensor, Tensor)",
+    "_conv2d_min_add_mul_grads_kept": (
+        "(Tensor grad, Tensor halves, Tensor input, Tensor weight, float factor, int[] stride, "
+        "int[] padding, int[] dilation, int workspace_bytes, int gemm_version) "
+        "-> (Tensor, Tensor, Tensor, Tensor)"),
     "_conv2d_group_norm_pool_clamp_backward_kept": (
         "(Tensor grad, Tensor input, Tensor weight, Tensor? conv_bias, int num_groups, "
         "Tensor? gn_weight, Tensor? gn_bias, Tensor? scale, Tensor extremes, Tensor stats, "

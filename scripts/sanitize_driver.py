@@ -209,6 +209,21 @@ def staged_a_kernels():
     check("bf16 conv2d gradients at once: dw", dw,
           torch.nn.grad.conv2d_weight(x.double().cpu(), w.shape, dy.double().cpu()).to(
               "cuda", torch.bfloat16), tol=tol)
+    # P31's four gradients at once from the kept shares: the min's rule written channels-last
+    # where the two gradients read dy (min_add_mul_backward v4), on whole quads of pixels (an
+    # even output row) and value by value (an odd plane), 72 channels (a partial block);
+    # against the same operator run apart (a budget of 1 byte).
+    for x_shape in ((2, 64, 12, 70), (2, 64, 13, 17)):
+        x, w, bias, b2 = half(*x_shape), half(72, 64, 3, 3), half(72), half(72)
+        _, halves = torch.ops.scratchops._conv2d_min_add_mul_keeping(
+            x, w, bias, [1, 1], [0, 0], [1, 1], 0.1, b2, 2.0)
+        dy = half(*halves.shape)
+        args = (dy, halves, x, w, 2.0, [1, 1], [0, 0], [1, 1])
+        version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+        at_once = torch.ops.scratchops._conv2d_min_add_mul_grads_kept(*args, 1 << 30, version)
+        apart = torch.ops.scratchops._conv2d_min_add_mul_grads_kept(*args, 1, version)
+        for name, a, b in zip(("dx", "dw", "conv bias", "bias"), at_once, apart):
+            check(f"bf16 P31 gradients at once {x_shape}: {name}", a, b, tol=tol)
 
 def check_grads(label, ours, ref, *inputs):
     """The gradients of ours(*inputs) and ref(*inputs) for one random output gradient."""

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from scratchops.tools.report import ATOL, RTOL  # KernelBench's tolerance, defined once
 
@@ -49,6 +50,14 @@ def skip_unless_gemm_version_runs(version):
         pytest.skip(NO_TENSOR_CORES_REASON)
     if version in versions.GEMM_WGMMA_VERSIONS and not HOPPER:
         pytest.skip("runs on wgmma: needs an sm_90 GPU; scripts/gpu_check.sh runs these on one")
+
+
+def launches(call):
+    """The CUDA kernels `call` launched: name -> how many times."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return {e.key: e.count for e in prof.key_averages()}
 
 
 def rand(*shape, low=-1.0, high=1.0, device="cuda", dtype=torch.float32):

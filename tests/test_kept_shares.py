@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import scratchops
-from helpers import ENGINES, NO_TENSOR_CORES_REASON, rand, skip_unless_runnable
+from helpers import ENGINES, HOPPER, NO_TENSOR_CORES_REASON, launches, rand, skip_unless_runnable
 from scratchops.versions import (CONV2D_ALGORITHMS, DEFAULT_CONV_WORKSPACE_BYTES,
-                                 DEFAULT_IM2COL_GEMM_VERSION)
+                                 DEFAULT_IM2COL_GEMM_VERSION, TENSOR_CORE_GRAD_WORKSPACE_BYTES)
 
 OPS = torch.ops.scratchops
 # (x shape, weight shape, padding): channels not a multiple of any tile, batch 1 with a single
@@ -165,3 +165,82 @@ def test_kept_backward_refuses_shares_that_do_not_fit():
                    torch.ones(2, 3, 4, 5, dtype=torch.uint8, device="cuda")):  # not grad's shape
         with pytest.raises(ValueError, match="halves must be"):
             OPS._min_add_mul_backward_kept(grad, halves, 2.0)
+
+
+# (x shape, weight shape, padding) where conv2d's two gradients share dy's channels-last copy
+# in the half types (the wgmma engine, 64 or more channels on both sides in rows of whole 16
+# bytes, stride 1): 72 output channels (a block of 64 and 8 past it) on 460 output pixels
+# (whole quads of 4: the rule's vector loads), 64 on 165 (an odd count: value by value), and
+# 128 on 8,192 pixels (two pieces of tiles an image) at batch 1.
+SHARED_SHAPES = [((2, 64, 20, 23), (72, 64, 3, 3), 1), ((3, 64, 13, 17), (64, 64, 3, 3), 0),
+                 ((1, 64, 66, 130), (128, 64, 3, 3), 0)]
+
+
+def _sums_close(ours, terms, dtype):
+    """ours: per-channel sums of terms (N, C, H, W) rounded to dtype, held to the float64 sums:
+    one rounding to dtype, plus float's error on the sum of the magnitudes; NaN where a term
+    is."""
+    ref = terms.double().sum((0, 2, 3))
+    magnitude = terms.double().abs().sum((0, 2, 3))
+    eps = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
+    assert torch.equal(ours.isnan(), ref.isnan())
+    finite = ref.isfinite()
+    error = (ours.double() - ref)[finite].abs()
+    assert (error <= eps * ref[finite].abs() + 1e-6 * magnitude[finite]).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("x_shape,w_shape,padding", SHARED_SHAPES)
+def test_half_gradients_at_once_write_the_rule_channels_last(x_shape, w_shape, padding, dtype):
+    """With dx and dW wanted, the keeping operator's backward runs the four gradients at once
+    (_conv2d_min_add_mul_grads_kept). Where conv2d's gradients share dy's channels-last copy,
+    the min's rule writes its gradient there (min_add_mul_backward v4) and no copy kernel
+    makes it: x's copy is the one left. dx and dW have the bits of the public operator's
+    backward (which computes the convolution again and runs the operators apart); the two
+    bias gradients, added in v4's order, are held to the float64 sums. dy holds a NaN and an
+    Inf. With a budget of 1 byte the operator runs the parts apart."""
+    skip_unless_runnable("cuda", operator="conv2d_min_add_mul")
+    if not HOPPER:
+        pytest.skip("the shared copy needs the wgmma engine and tensor maps (an sm_90 GPU)")
+    x, w, cb, b = _inputs(x_shape, w_shape, dtype, "ties")
+    leaves = [t.requires_grad_() for t in (x, w, cb, b)]
+    window = ([1, 1], [padding, padding], [1, 1])
+    dy = rand(x_shape[0], w_shape[0], x_shape[2] - 2 + 2 * padding,
+              x_shape[3] - 2 + 2 * padding, dtype=dtype)
+    dy.view(-1)[7], dy.view(-1)[-5] = float("nan"), float("inf")
+    kept = scratchops.conv2d_min_add_mul(x, w, cb, 1.0, b, 2.0, padding=padding)
+    calls = launches(lambda: torch.autograd.grad(kept, leaves, dy, retain_graph=True))
+    assert sum(n for name, n in calls.items() if "kept_channels_last_kernel<" in name) == 1
+    assert sum(n for name, n in calls.items() if "::channels_last_kernel<" in name) == 1
+    ours = torch.autograd.grad(kept, leaves, dy)
+    recomputed = OPS.conv2d_min_add_mul(x, w, cb, *window, 1.0, b, 2.0)
+    theirs = torch.autograd.grad(recomputed, leaves, dy)
+    for a, b_ in zip(ours[:2], theirs[:2]):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
+    with torch.no_grad():
+        conv = OPS.conv2d(x, w, cb, *window, CONV2D_ALGORITHMS["implicit_gemm"],
+                          DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION)
+        conv_grad = OPS._min_add_mul_backward(dy, conv, 1.0, 2.0)
+    assert conv_grad.isnan().any() and conv_grad.isfinite().any()
+    _sums_close(ours[2], conv_grad, dtype)
+    _sums_close(ours[3], 2.0 * dy.double(), dtype)
+    _, halves = OPS._conv2d_min_add_mul_keeping(x, w, cb, *window, 1.0, b, 2.0)
+    args = (dy, halves, x.detach(), w.detach(), 2.0, *window)
+    version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+    at_once = OPS._conv2d_min_add_mul_grads_kept(*args, TENSOR_CORE_GRAD_WORKSPACE_BYTES, version)
+    apart = OPS._conv2d_min_add_mul_grads_kept(*args, 1, version)
+    for a, b_ in zip(at_once, ours):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
+    # (apart at 1 byte: v2's sums, channel_sums' bits; dx and dW on the versions that need no
+    # workspace, so only close to the staged ones)
+    for a, b_ in zip(apart, theirs):
+        scale = b_.float().nan_to_num(0.0, 0.0, 0.0).abs().max().item()
+        exact = a.dim() == 1
+        torch.testing.assert_close(a.view(-1), b_.view(-1), rtol=0 if exact else 2e-2,
+                                   atol=0 if exact else 1e-2 * scale, equal_nan=True)
+    finite_dy = dy.nan_to_num(0.0, 0.0, 0.0)  # (opcheck compares results without equal_nan)
+    torch.library.opcheck(OPS._conv2d_min_add_mul_grads_kept.default,
+                          (finite_dy, *args[1:], TENSOR_CORE_GRAD_WORKSPACE_BYTES, version))
+    with pytest.raises(ValueError, match="halves must be"):
+        OPS._conv2d_min_add_mul_grads_kept(dy, halves[:, :-1].contiguous(), *args[2:],
+                                           TENSOR_CORE_GRAD_WORKSPACE_BYTES, version)

@@ -24,10 +24,9 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 
 import scratchops
-from helpers import TENSOR_CORES, poison_next, rand, tf32_nearest
+from helpers import TENSOR_CORES, launches, poison_next, rand, tf32_nearest
 from test_half import assert_half_matches
 
 pytestmark = pytest.mark.skipif(
@@ -49,14 +48,6 @@ CASES = [
 ]
 IDS = ["short-row", "long-row", "partial-block-2-tiles", "1x1", "dilated", "wide-tiles",
        "odd-rows-even-planes", "cin40"]
-
-
-def launches(call):
-    """The CUDA kernels `call` launched: name -> how many times."""
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return {e.key: e.count for e in prof.key_averages()}
 
 
 def kernels_ran(call):

@@ -780,6 +780,36 @@ Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef 
     });
 }
 
+// Whether conv2d's two gradients share dy's channels-last copy (conv2d_grads_shared_bytes):
+// the workspace bytes that takes, 0 where the two operators run apart. Checks the arguments
+// where it can say yes.
+struct SharedGrads {
+    Conv2dGeometry g;
+    TensorCorePath engine;
+    long long bytes = 0;
+};
+SharedGrads shared_grads(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                         int64_t workspace_bytes, int64_t gemm_version) {
+    if (x.scalar_type() == at::kFloat || gemm_version != kGemmTensorCoreVersion ||
+        x.dim() != 4 || weight.dim() != 4 || x.size(0) == 0)
+        return {};  // (the operators apart check every argument and give their errors)
+    check_tensor(weight, "weight", 4, 4, nullptr, kAll);
+    check_tensor(x, "input", 4, 4, &weight, kAllButBatch);
+    check_tensor(grad, "grad", 4, 4, &x);
+    SCRATCHOPS_ARG(x.size(1) == weight.size(1), "input and weight must have the same C");
+    SharedGrads s;
+    s.g = conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0),
+                           weight.sizes().slice(2), stride, padding, dilation);
+    s.engine = conv_grad_engine(x, gemm_version);
+    s.bytes = with_element_type(x, [&](auto e) {
+        using T = typename decltype(e)::type;
+        return conv2d_grads_shared_bytes<T>(i32(x.size(0)), i32(weight.size(0)), s.g,
+                                            i32(gemm_version), s.engine, workspace_bytes);
+    });
+    return s;
+}
+
 // (dx, dW) of conv2d at once: dy's channels-last copy made once for both where the two staged
 // versions take the whole batch within the budget (conv2d_grads_shared_bytes), else the two
 // operators above one after the other; the same bits either way.
@@ -787,42 +817,24 @@ std::tuple<Tensor, Tensor> conv2d_grads_cuda(const Tensor& grad, const Tensor& x
                                              const Tensor& weight, IntArrayRef stride,
                                              IntArrayRef padding, IntArrayRef dilation,
                                              int64_t workspace_bytes, int64_t gemm_version) {
-    auto apart = [&] {
-        return std::make_tuple(
-            conv2d_input_grad_cuda(grad, weight, x.sizes(), stride, padding, dilation,
-                                   workspace_bytes, gemm_version),
-            conv2d_weight_grad_cuda(grad, x, weight.sizes(), stride, padding, dilation,
-                                    workspace_bytes, gemm_version));
-    };
-    if (x.scalar_type() == at::kFloat || gemm_version != kGemmTensorCoreVersion ||
-        x.dim() != 4 || weight.dim() != 4 || x.size(0) == 0)
-        return apart();  // (which also checks every argument and gives their errors)
-    check_tensor(weight, "weight", 4, 4, nullptr, kAll);
-    check_tensor(x, "input", 4, 4, &weight, kAllButBatch);
-    check_tensor(grad, "grad", 4, 4, &x);
-    SCRATCHOPS_ARG(x.size(1) == weight.size(1), "input and weight must have the same C");
-    const Conv2dGeometry g =
-        conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0),
-                         weight.sizes().slice(2), stride, padding, dilation);
-    const TensorCorePath engine = conv_grad_engine(x, gemm_version);
-    const int batch = i32(x.size(0)), out_channels = i32(weight.size(0));
-    const long long bytes = with_element_type(x, [&](auto e) {
-        using T = typename decltype(e)::type;
-        return conv2d_grads_shared_bytes<T>(batch, out_channels, g, i32(gemm_version), engine,
-                                            workspace_bytes);
-    });
-    if (bytes == 0) return apart();
+    const SharedGrads shared =
+        shared_grads(grad, x, weight, stride, padding, dilation, workspace_bytes, gemm_version);
+    if (shared.bytes == 0)
+        return {conv2d_input_grad_cuda(grad, weight, x.sizes(), stride, padding, dilation,
+                                       workspace_bytes, gemm_version),
+                conv2d_weight_grad_cuda(grad, x, weight.sizes(), stride, padding, dilation,
+                                        workspace_bytes, gemm_version)};
     c10::cuda::CUDAGuard guard(x.device());
     Tensor dx = new_output(x, x.sizes()), dw = new_output(x, weight.sizes());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
     const cudaError_t err = with_element_type(x, [&](auto e) {
         using T = typename decltype(e)::type;
-        const at::DataPtr ws = workspace(bytes);
+        const at::DataPtr ws = workspace(shared.bytes);
         return conv2d_grads_shared_launch<T>(data<T>(grad), data<T>(x), data<T>(weight),
                                              static_cast<T*>(dx.data_ptr()),
-                                             static_cast<T*>(dw.data_ptr()), batch,
-                                             out_channels, g, engine, workspace_bytes, ws.get(),
-                                             stream);
+                                             static_cast<T*>(dw.data_ptr()), i32(x.size(0)),
+                                             i32(weight.size(0)), shared.g, shared.engine,
+                                             workspace_bytes, ws.get(), stream);
     });
     TORCH_CHECK(err == cudaSuccess, "scratchops: conv2d gradients failed: ",
                 cudaGetErrorString(err));
@@ -940,14 +952,17 @@ Tensor min_add_mul_backward_cuda(const Tensor& grad, const Tensor& x, double con
 
 // From the shares conv2d_min_add_mul_keeping kept: (dx = dy * factor * halves / 2, the conv
 // bias's gradient dx summed over each channel, the bias's factor * dy summed likewise).
-std::tuple<Tensor, Tensor, Tensor> min_add_mul_backward_kept_cuda(const Tensor& grad,
-                                                                  const Tensor& halves,
-                                                                  double factor) {
-    const Planes p = planes(grad);
+void check_halves(const Tensor& halves, const Tensor& grad) {
     SCRATCHOPS_ARG(halves.is_cuda() && halves.device() == grad.device() &&
                        halves.scalar_type() == at::kByte && halves.is_contiguous() &&
                        halves.sizes() == grad.sizes(),
                    "halves must be the forward's contiguous uint8 shares, grad's shape and device");
+}
+std::tuple<Tensor, Tensor, Tensor> min_add_mul_backward_kept_cuda(const Tensor& grad,
+                                                                  const Tensor& halves,
+                                                                  double factor) {
+    const Planes p = planes(grad);
+    check_halves(halves, grad);
     // (Launched as the bias gradient's operator: an empty batch still writes its zero sums.)
     Tensor dx = new_output(grad, grad.sizes()), conv_bias_grad = new_output(grad, {p.channels});
     Tensor bias_grad = launch_into(grad, {p.channels}, "min_add_mul backward",
@@ -961,6 +976,58 @@ std::tuple<Tensor, Tensor, Tensor> min_add_mul_backward_kept_cuda(const Tensor& 
             static_cast<float*>(partials.get()), s);
     });
     return {dx, conv_bias_grad, bias_grad};
+}
+
+// P31's four gradients from the kept shares, for a backward that wants both dx and dW: (dx,
+// dW, the conv bias's gradient, the bias's). Where conv2d's gradients share dy's
+// channels-last copy (shared_grads), the min's rule writes its gradient channels-last into the
+// place of that copy (min_add_mul_backward v4), so that no pass makes it; elsewhere the two
+// operators one after the other. dx and dW have the same bits either way; the two sums, added
+// in v4's order, may differ from channel_sums' in the last bit.
+std::tuple<Tensor, Tensor, Tensor, Tensor> conv2d_min_add_mul_grads_kept_cuda(
+    const Tensor& grad, const Tensor& halves, const Tensor& x, const Tensor& weight,
+    double factor, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+    int64_t workspace_bytes, int64_t gemm_version) {
+    const SharedGrads shared =
+        shared_grads(grad, x, weight, stride, padding, dilation, workspace_bytes, gemm_version);
+    if (shared.bytes == 0) {
+        auto [conv_grad, conv_bias_grad, bias_grad] =
+            min_add_mul_backward_kept_cuda(grad, halves, factor);
+        auto [dx, dw] = conv2d_grads_cuda(conv_grad, x, weight, stride, padding, dilation,
+                                          workspace_bytes, gemm_version);
+        return {dx, dw, conv_bias_grad, bias_grad};
+    }
+    check_halves(halves, grad);
+    c10::cuda::CUDAGuard guard(x.device());
+    const int batch = i32(x.size(0)), out_channels = i32(weight.size(0));
+    const int pixels = shared.g.out_h * shared.g.out_w;
+    Tensor dx = new_output(x, x.sizes()), dw = new_output(x, weight.sizes());
+    Tensor conv_bias_grad = new_output(x, {out_channels});
+    Tensor bias_grad = new_output(x, {out_channels});
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    const cudaError_t err = with_element_type(x, [&](auto e) {
+        using T = typename decltype(e)::type;
+        const at::DataPtr ws = workspace(shared.bytes);
+        const at::DataPtr partials = workspace(
+            min_add_mul_backward_kept_channels_last_workspace_bytes(batch, out_channels, pixels));
+        auto* dy_copy = reinterpret_cast<T*>(
+            static_cast<uint8_t*>(ws.get()) +
+            conv2d_grads_shared_dy_offset<T>(out_channels, shared.g));
+        cudaError_t status = min_add_mul_backward_kept_channels_last_launch<T>(
+            data<T>(grad), halves.data_ptr<uint8_t>(), dy_copy,
+            static_cast<T*>(bias_grad.data_ptr()), static_cast<T*>(conv_bias_grad.data_ptr()),
+            batch, out_channels, pixels, f32(factor), static_cast<float*>(partials.get()),
+            stream);
+        if (status != cudaSuccess) return status;
+        return conv2d_grads_shared_launch<T>(nullptr, data<T>(x), data<T>(weight),
+                                             static_cast<T*>(dx.data_ptr()),
+                                             static_cast<T*>(dw.data_ptr()), batch, out_channels,
+                                             shared.g, shared.engine, workspace_bytes, ws.get(),
+                                             stream, /*dy_copied=*/true);
+    });
+    TORCH_CHECK(err == cudaSuccess, "scratchops: conv2d_min_add_mul gradients failed: ",
+                cudaGetErrorString(err));
+    return {dx, dw, conv_bias_grad, bias_grad};
 }
 
 // P85's gradients from what conv2d_group_norm_pool_clamp_keeping kept, the convolution's
@@ -1021,6 +1088,7 @@ void each_backward_operator(Register&& reg) {
     reg("_clamp_backward", &clamp_backward_cuda);
     reg("_min_add_mul_backward", &min_add_mul_backward_cuda);
     reg("_min_add_mul_backward_kept", &min_add_mul_backward_kept_cuda);
+    reg("_conv2d_min_add_mul_grads_kept", &conv2d_min_add_mul_grads_kept_cuda);
     reg("_conv2d_group_norm_pool_clamp_backward_kept",
         &conv2d_group_norm_pool_clamp_backward_kept_cuda);
 }
