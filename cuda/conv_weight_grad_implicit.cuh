@@ -19,7 +19,8 @@
 //   A (WeightGradRows)  row k = a tap of the input, read as just said: no column matrix.
 //   B (DyColumns)       B(entry, co, k) = dy[n][co][oh][ow] for slot k of the entry, packed by
 //                       pack_b straight from the NCHW gradient: no transposed copy of dy; its
-//                       cross tiles only where dy has a non-finite value (kDeferCross).
+//                       cross tiles only where dy has a non-finite value (kDeferCross), and
+//                       in the one-product TF32 mode its big tiles alone (kOneProduct).
 //   partials            each entry's dWᵀ in float (a half-type partial would round each
 //                       slice's sum before the sum of slices), added in entry order by
 //                       batch_sum into a float accumulator, transposed to dW at the end.
@@ -228,7 +229,7 @@ cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeome
     const OutputRows rows{g.out_h, FastDiv(static_cast<uint32_t>(g.out_h))};
     const tc::PackedB layout = tc::packed_b_layout<Op>(kTcBN, out_channels, s.slice_len(),
                                                         entries);
-    cudaError_t err = tc::pack_b<kTcBN, Op, false, /*kDeferCross=*/true>(
+    cudaError_t err = tc::pack_b<kTcBN, Op, false, /*kDeferCross=*/true, kTf32>(
         DyColumns<T>{dy, out_channels, g.out_w, s, rows, entry0,
                      FastDiv(static_cast<uint32_t>(s.row_len))},
         packed, layout, stream);

@@ -75,8 +75,8 @@ struct PackItem {
     }
 
     // kCross: the cross tile too (pack_b with its cross tiles deferred stores them apart:
-    // scatter_cross).
-    template <int BN, bool kCross = true>
+    // scatter_cross); kSmall: the small tile (not for the one-product TF32 mode: pack_b).
+    template <int BN, bool kCross = true, bool kSmall = true>
     __device__ __forceinline__ bool scatter(uint8_t* packed, const PackedB& layout) const {
         if constexpr (Operand<Op>::kNative16) {  // exact: Source widened an Op value
             uint4 chunk;
@@ -98,7 +98,9 @@ struct PackItem {
                 nonfinite = nonfinite || p.cross != p.big;
             }
             *chunk_of<BN>(packed, layout, 0) = make_uint4(big[0], big[1], big[2], big[3]);
-            *chunk_of<BN>(packed, layout, 1) = make_uint4(small[0], small[1], small[2], small[3]);
+            if constexpr (kSmall)
+                *chunk_of<BN>(packed, layout, 1) =
+                    make_uint4(small[0], small[1], small[2], small[3]);
             if constexpr (kCross)
                 *chunk_of<BN>(packed, layout, 2) =
                     make_uint4(cross[0], cross[1], cross[2], cross[3]);
@@ -141,12 +143,13 @@ __device__ __forceinline__ void for_each_block_item(const Source& src, const Pac
     }
 }
 
-// The packing kernel. kCross: the cross tiles too (see pack_b's kDeferCross).
-template <int BN, class Op, bool kNaturalK, bool kCross, class Source>
+// The packing kernel. kCross: the cross tiles too (see pack_b's kDeferCross); kSmall: the
+// small tiles (see pack_b's kOneProduct).
+template <int BN, class Op, bool kNaturalK, bool kCross, bool kSmall, class Source>
 __global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
     bool nonfinite = false;
     for_each_block_item<BN, Op, kNaturalK>(src, layout, [&](const PackItem<Op>& it) {
-        nonfinite = it.template scatter<BN, kCross>(packed, layout) || nonfinite;
+        nonfinite = it.template scatter<BN, kCross, kSmall>(packed, layout) || nonfinite;
     });
     const int block_nonfinite = __syncthreads_or(nonfinite);
     if (threadIdx.x == 0)
@@ -241,14 +244,17 @@ __device__ __forceinline__ void pack_b_if_told(const Source& src, bool pack_insi
 // non-finite value (and the one-product TF32 mode never), written by a second pass that
 // returns at once where B has none: a large B (the weight gradient's dy, 1 GB at P31's size)
 // then writes two tiles of three; for a small B the second launch costs more than the tile
-// it saves.
+// it saves. kOneProduct (Op float): B for the one-product TF32 mode, which reads the big tile
+// alone (stage_copy_bytes): neither the small tile nor the cross one is written (half the
+// bytes of the weight gradient's dy in TF32).
 template <int BN, class Op = float, bool kNaturalK = false, bool kDeferCross = false,
-          class Source>
+          bool kOneProduct = false, class Source>
 cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
                    cudaStream_t stream) {
-    constexpr bool kDefer = kDeferCross && !Operand<Op>::kNative16;
+    constexpr bool kBigOnly = kOneProduct && !Operand<Op>::kNative16;
+    constexpr bool kDefer = kDeferCross && !Operand<Op>::kNative16 && !kBigOnly;
     // Always layout.pack_blocks() blocks, so that every flag the main kernel reads is written.
-    pack_b_kernel<BN, Op, kNaturalK, !kDefer>
+    pack_b_kernel<BN, Op, kNaturalK, !kDefer && !kBigOnly, !kBigOnly>
         <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
     cudaError_t err = cudaGetLastError();
     if constexpr (kDefer) {

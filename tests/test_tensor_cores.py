@@ -249,7 +249,8 @@ def test_gradients_tf32_rule_and_path(engine):
     exact_dx = torch.nn.grad.conv2d_input(x.shape, w8.double(), dy8.double())
     exact_dw = torch.nn.grad.conv2d_weight(x.double(), w8.shape, dy8.double())
     assert max_err(dx, exact_dx) <= 1e-5 * exact_dx.abs().max().item()
-    assert max_err(dw, exact_dw) > 3e-5 * exact_dw.abs().max().item()
+    # (TF32-sized on both engines: its dy packed as big tiles alone, pack_b's kOneProduct)
+    assert 3e-5 < max_err(dw, exact_dw) / exact_dw.abs().max().item() <= 4e-3
     assert staged == 1
 
 
