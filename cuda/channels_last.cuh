@@ -3,8 +3,8 @@
 // (transpose.cu's v1 moves one element a thread, and in 16 bits only 64 bytes a warp: half the
 // copy rate). Its own kernel (transpose.cu's channels_last_launch) or the implicit-GEMM
 // convolution v4's grid before its first tile (conv_implicit_staged_a.cuh) moves the tiles;
-// P31's min rule (channelwise_backward.cu, v4) fills tiles with its gradient and stores them
-// with the store half.
+// P31's min rule (min_add_mul_backward_channels_last.cu) fills tiles with its gradient and
+// stores them with the store half.
 #pragma once
 
 #include <cstdint>

@@ -112,7 +112,8 @@ cudaError_t min_add_mul_backward_kept_launch(const T* dy, const uint8_t* halves,
                                              int channels, int plane_size, float factor,
                                              float* workspace, cudaStream_t stream);
 // The same with dx written channels-last, (N, H, W, C) for N x C planes of `pixels` (the copy
-// of dy that conv2d_grads_shared_launch reads), and the two sums in an order of their own
+// of dy that conv2d_grads_shared_launch reads; 16-byte aligned, its rows stored as 16-byte
+// vectors where C is a multiple of them), and the two sums in an order of their own
 // (deterministic, fixed by the shape). workspace: ..._channels_last_workspace_bytes.
 long long min_add_mul_backward_kept_channels_last_workspace_bytes(int batch, int channels,
                                                                  int pixels);

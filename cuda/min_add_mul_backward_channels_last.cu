@@ -30,7 +30,9 @@ namespace {
 // shares), one load each of dy and shares where quads_aligned (pixels % 4 == 0 and the
 // pointers aligned to a quad of each), else value by value. Each thread keeps double sums of
 // its rows' dy and dx over the piece (a quad's 4 terms added in float first: an error of at
-// most 3 x 2^-24 of their magnitudes, far below the half types' rounding); at the end a
+// most 3 x 2^-24 of their magnitudes, far below the half types' rounding, while the quad's
+// sum stays in float's range: bf16 terms near 1.7e38 can overflow it where a double sum would
+// not, as torch's own float-accumulated bf16 sums can); at the end a
 // row's 16 lanes add theirs by xor shuffles (every lane ends with the same sum) into
 // partial[c * pieces + piece], and kept_sums_finish adds a channel's partials in an order
 // fixed by the shape alone, so the bits do not depend on the GPU or the run.
@@ -48,7 +50,8 @@ inline int kept_pieces_image(int pixels) {
 }
 
 // A thread's loads of one tile, as bits: each row's quad of dy (kQuad values of T in 32-bit
-// words) and of shares (a byte each); zeros outside the image (g = +0, share 0).
+// words) and of shares (a byte each); zeros outside the image (g = +0, share 0: d = 0 there
+// and in the sums for a finite factor; an infinite factor makes the conv bias's sum NaN).
 template <class T>
 struct KeptQuads {
     static constexpr int kPerWord = 4 / static_cast<int>(sizeof(T));

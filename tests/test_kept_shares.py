@@ -184,6 +184,8 @@ def _sums_close(ours, terms, dtype):
     magnitude = terms.double().abs().sum((0, 2, 3))
     eps = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
     assert torch.equal(ours.isnan(), ref.isnan())
+    assert torch.equal(ours.isinf() & (ours > 0), ref.isinf() & (ref > 0))
+    assert torch.equal(ours.isinf() & (ours < 0), ref.isinf() & (ref < 0))
     finite = ref.isfinite()
     error = (ours.double() - ref)[finite].abs()
     assert (error <= eps * ref[finite].abs() + 1e-6 * magnitude[finite]).all()
@@ -230,6 +232,15 @@ def test_half_gradients_at_once_write_the_rule_channels_last(x_shape, w_shape, p
     at_once = OPS._conv2d_min_add_mul_grads_kept(*args, TENSOR_CORE_GRAD_WORKSPACE_BYTES, version)
     apart = OPS._conv2d_min_add_mul_grads_kept(*args, 1, version)
     for a, b_ in zip(at_once, ours):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
+    # dy and the shares one element into their storage: loaded value by value, the same bits
+    shifted = [torch.empty(t.numel() + 1, dtype=t.dtype, device="cuda")[1:].view(t.shape)
+               for t in (dy, halves)]
+    for t, source in zip(shifted, (dy, halves)):
+        t.copy_(source)
+    moved = OPS._conv2d_min_add_mul_grads_kept(*shifted, *args[2:],
+                                               TENSOR_CORE_GRAD_WORKSPACE_BYTES, version)
+    for a, b_ in zip(moved, at_once):
         torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
     # (apart at 1 byte: v2's sums, channel_sums' bits; dx and dW on the versions that need no
     # workspace, so only close to the staged ones)
