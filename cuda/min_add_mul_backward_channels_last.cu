@@ -32,10 +32,10 @@ namespace {
 // its rows' dy and dx over the piece (a quad's 4 terms added in float first: an error of at
 // most 3 x 2^-24 of their magnitudes, far below the half types' rounding, while the quad's
 // sum stays in float's range: bf16 terms near 1.7e38 can overflow it where a double sum would
-// not, as torch's own float-accumulated bf16 sums can); at the end a
-// row's 16 lanes add theirs by xor shuffles (every lane ends with the same sum) into
-// partial[c * pieces + piece], and kept_sums_finish adds a channel's partials in an order
-// fixed by the shape alone, so the bits do not depend on the GPU or the run.
+// not, as torch's own float-accumulated bf16 sums can); at the end a row's 16 lanes add
+// theirs by xor shuffles (every lane ends with the same sum) into partial[c * pieces + piece],
+// and kept_sums_finish adds a channel's partials in an order fixed by the shape alone, so the
+// bits do not depend on the GPU or the run.
 constexpr int kKeptTilesPiece = 64;                    // a block's tiles: 4,096 pixels at most
 constexpr int kQuad = 4;                               // pixels a thread loads of a row
 constexpr int kQuadsRow = kVecTile / kQuad;            // 16 lanes a tile row
