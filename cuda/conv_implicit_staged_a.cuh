@@ -57,8 +57,8 @@ constexpr int kThreads = tf32x3::kThreads;                // warpgroup 0 produce
 // The register split (setmaxnreg): the producer's ring loops spilled in tf32x3.cuh's 24; the
 // consumers' 128 accumulators and the epilogue fit in 232.
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
-static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
-              "the register file holds 64K 32-bit registers");
+static_assert(tf32x3::register_split_fits(kProducerRegisters, kConsumerRegisters),
+              "the split fits in the launch's registers (tf32x3.cuh)");
 constexpr int kRowBytes = 128;  // a swizzled row: one pixel's (or output channel's) k-block
 constexpr int kHaloRows = 8;    // rows an A box may have past its tile's, for its later taps
 using resident_b::kMaxSmemBytes;  // (the dynamic shared memory a launch may ask)
