@@ -152,17 +152,11 @@ __global__ void __launch_bounds__(kV3Threads, 1)
     const V3Thread t(threadIdx.x);
     WarpgroupSmem& my = wg_smem[t.warpgroup];
 
-    // sign * conv bias per channel, for the half types' staged values (stage_tile).
-    __shared__ float signed_bias[kBN];
-    if constexpr (is_half_type<T>()) {
-        if (t.tid < kBN)
-            signed_bias[t.tid] = extreme_sign(p, f.cout, t.tid) *
-                                 value_or(p.conv_bias, t.tid, t.tid < f.cout, 0.0f);
-    }
+    const StageBias<T> stage_bias(t, p, f.cout);  // (the half types' stage_tile)
     const bool nonfinite = relay_weights(weights, weight, layout, p, g, f.cout, t.tid);
     if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
     // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
-    // also publishes the weights, the plan and signed_bias.
+    // also publishes the weights and the plan.
     const bool b_cross_tile = __syncthreads_or(nonfinite) != 0;
 
     // This thread's two tile rows (h = 0, 1): band row `warp`, column quad_row + 8h; their
@@ -202,7 +196,7 @@ __global__ void __launch_bounds__(kV3Threads, 1)
         else
             tile_products<3>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
         // (4)
-        stage_tile<T>(my, acc_big, acc_cross, t, signed_bias);
+        stage_tile<T>(my, acc_big, acc_cross, t, stage_bias);
         // The next tile's copies of (2) have landed, and after this barrier every thread may
         // read every thread's (the 16-byte copies are not split by the thread that made them).
         cp_async_wait_all();

@@ -44,22 +44,55 @@ struct V3WindowPairs {
     }
 };
 
+// The half types' sign * conv bias (see stage_tile) of a thread's 8 channel pairs, channels
+// 8 nb + 2 quad_col and + 1, as pairs of T (exact: sign * bias is a value of T), read once per
+// CTA into registers; float's stage adds no bias (the pairs of (5) add it) and holds none.
+template <class T, bool = is_half_type<T>()>
+struct StageBias {
+    __device__ StageBias(const V3Thread&, const Params<T>&, int) {}
+};
+template <class T>
+struct StageBias<T, true> {
+    typename PairOf<T>::type pair[kBN / 8];
+    __device__ StageBias(const V3Thread& t, const Params<T>& p, int cout) {
+#pragma unroll
+        for (int nb = 0; nb < kBN / 8; ++nb) {
+            const int co = 8 * nb + 2 * t.quad_col;
+            const float lo = extreme_sign(p, cout, co) * value_or(p.conv_bias, co, co < cout, 0.0f);
+            const float hi =
+                extreme_sign(p, cout, co + 1) * value_or(p.conv_bias, co + 1, co + 1 < cout, 0.0f);
+            pair[nb] = PairOf<T>::rounded_pair(lo, hi);
+        }
+    }
+};
+
 // (4) The tile into shared memory as [channel][pixel]: element 4 nb + 2h + j of the
 // accumulators is (pixel 16 warp + quad_row + 8h, channel 8 nb + 2 quad_col + j). The half
 // types' values are what torch's conv2d gives in T, sign * rounded(rounded(conv) + bias)
-// (element.cuh's plus_bias; rounding to nearest commutes with the sign): from the sign *
-// conv of the accumulators and signed_bias[co] = sign * bias (shared, per CTA).
+// (element.cuh's plus_bias; rounding to nearest commutes with the sign), finished a channel
+// pair an instruction as P31's store does (conv_store.cuh's stage_pairs: the pair rounded by
+// one cvt, the bias pair added by one add of pairs, bit for bit the value-at-a-time rounding
+// wherever it is finite; a NaN stays a NaN). Their one product is acc_big alone (acc_cross is
+// 0: tile_products' one-part mode). (The value-at-a-time form, two roundings in integer
+// instructions, was a third of the kernel's instructions: docs/notes.md.)
 template <class T, int kAcc>
 __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_big)[kAcc],
                                            const float (&acc_cross)[kAcc], const V3Thread& t,
-                                           const float* signed_bias) {
+                                           const StageBias<T>& bias) {
+    float* at = my.staged + 2 * t.quad_col * kTilePitch + 16 * t.warp + t.quad_row;
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-        const int co = 8 * (i / 4) + 2 * t.quad_col + i % 2;
-        const int pixel = 16 * t.warp + t.quad_row + 8 * ((i / 2) % 2);
-        const float product = acc_big[i] + acc_cross[i];
-        my.staged[co * kTilePitch + pixel] =
-            is_half_type<T>() ? rounded<T>(plus_bias<T>(product, signed_bias[co])) : product;
+    for (int i = 0; i < kAcc; i += 2) {
+        float* to = at + 8 * (i / 4) * kTilePitch + 8 * ((i / 2) % 2);  // channels co, co + 1
+        if constexpr (is_half_type<T>()) {
+            using Ops = PairOf<T>;
+            const float2 v = Ops::widened(
+                __hadd2_rn(Ops::rounded_pair(acc_big[i], acc_big[i + 1]), bias.pair[i / 4]));
+            to[0] = v.x;
+            to[kTilePitch] = v.y;
+        } else {
+            to[0] = acc_big[i] + acc_cross[i];
+            to[kTilePitch] = acc_big[i + 1] + acc_cross[i + 1];
+        }
     }
 }
 
