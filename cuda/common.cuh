@@ -126,14 +126,36 @@ __device__ __forceinline__ bool clamp_passes_gradient(float v, float lo, float h
 // and its backward maps every output again: the group norm's result rounded to T before the
 // scale multiplies it (torch's group_norm(x) * scale, element.cuh), in float. One expression,
 // so that the two compute the same bits.
+__device__ __forceinline__ float normed_unrounded(float v, float mean, float rstd, float gamma,
+                                                  float beta) {
+    return (v - mean) * rstd * gamma + beta;
+}
 template <class T>
 __device__ __forceinline__ float normed(float v, float mean, float rstd, float gamma, float beta) {
-    return rounded<T>((v - mean) * rstd * gamma + beta);
+    return rounded<T>(normed_unrounded(v, mean, rstd, gamma, beta));
 }
 template <class T>
 __device__ __forceinline__ float normed_scaled(float v, float mean, float rstd, float gamma,
                                                float beta, float scale) {
     return normed<T>(v, mean, rstd, gamma, beta) * scale;
+}
+// rounded<T>(normed_scaled<T>(v)) of two values, as the forward's output holds them before
+// its clamp; in 16 bits a pair an instruction: the normed pair rounded by one cvt, then one
+// multiply of pairs (the product of two values of T is exact in float, so its one rounding is
+// the same bits as rounding the float product).
+template <class T>
+__device__ __forceinline__ float2 normed_scaled_rounded_pair(float v0, float v1, float mean,
+                                                             float rstd, float gamma, float beta,
+                                                             float scale) {
+    if constexpr (is_half_type<T>()) {
+        using Ops = PairOf<T>;
+        const auto normed_pair = Ops::rounded_pair(normed_unrounded(v0, mean, rstd, gamma, beta),
+                                                   normed_unrounded(v1, mean, rstd, gamma, beta));
+        return Ops::widened(__hmul2_rn(normed_pair, Ops::rounded_pair(scale, scale)));
+    } else {
+        return make_float2(rounded<T>(normed_scaled<T>(v0, mean, rstd, gamma, beta, scale)),
+                           rounded<T>(normed_scaled<T>(v1, mean, rstd, gamma, beta, scale)));
+    }
 }
 
 // ----------------------------------------------------------------------------- moments

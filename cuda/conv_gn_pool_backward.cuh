@@ -62,13 +62,27 @@ __device__ void compute_y(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
             }
         }
         const float4 b = reinterpret_cast<const float4*>(v.bias)[quad];
+        // Rounded as torch's conv2d rounds it (element.cuh); in 16 bits a channel pair an
+        // instruction, as P31's store finishes its values (conv_store.cuh's stage_pairs: the
+        // same bits as plus_bias then rounded, a value at a time).
+        if constexpr (is_half_type<T>()) {
+            using Ops = PairOf<T>;
+            const auto b01 = Ops::rounded_pair(b.x, b.y), b23 = Ops::rounded_pair(b.z, b.w);
 #pragma unroll
-        for (int m = 0; m < 9; ++m)  // (rounded as torch's conv2d rounds it: element.cuh)
-            reinterpret_cast<float4*>(v.at(row, 9 * run + m))[quad] =
-                float4{rounded<T>(plus_bias<T>(acc[0][m], b.x)),
-                       rounded<T>(plus_bias<T>(acc[1][m], b.y)),
-                       rounded<T>(plus_bias<T>(acc[2][m], b.z)),
-                       rounded<T>(plus_bias<T>(acc[3][m], b.w))};
+            for (int m = 0; m < 9; ++m) {
+                const float2 y01 =
+                    Ops::widened(__hadd2_rn(Ops::rounded_pair(acc[0][m], acc[1][m]), b01));
+                const float2 y23 =
+                    Ops::widened(__hadd2_rn(Ops::rounded_pair(acc[2][m], acc[3][m]), b23));
+                reinterpret_cast<float4*>(v.at(row, 9 * run + m))[quad] =
+                    float4{y01.x, y01.y, y23.x, y23.y};
+            }
+        } else {
+#pragma unroll
+            for (int m = 0; m < 9; ++m)
+                reinterpret_cast<float4*>(v.at(row, 9 * run + m))[quad] =
+                    float4{acc[0][m] + b.x, acc[1][m] + b.y, acc[2][m] + b.z, acc[3][m] + b.w};
+        }
     }
 }
 
@@ -101,12 +115,16 @@ __device__ void form_dy(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
             float best = -INFINITY;
             chosen = 0;
 #pragma unroll
-            for (int e = 0; e < kPool * kPool; ++e) {
-                const float s = rounded<T>(normed_scaled<T>(y[e], k[kMean], k[kRstd], k[kGamma],
-                                                            k[kBeta], k[kScale]));
-                if (s > best || s != s) {
-                    best = s;
+            for (int e = 0; e < kPool * kPool; e += 2) {
+                const float2 s = normed_scaled_rounded_pair<T>(
+                    y[e], y[e + 1], k[kMean], k[kRstd], k[kGamma], k[kBeta], k[kScale]);
+                if (s.x > best || s.x != s.x) {
+                    best = s.x;
                     chosen = e;
+                }
+                if (s.y > best || s.y != s.y) {
+                    best = s.y;
+                    chosen = e + 1;
                 }
             }
         }

@@ -1,9 +1,15 @@
-"""P85's one pass beside another tree's, in one GPU call: per-kernel GPU times at KernelBench's
-size (step_profile.py's profiler loop) in fp32 (TF32 off), bf16 and fp16, and the
-outputs of five shapes in each dtype saved, so that two trees can be compared bit for bit.
+"""P85's kernels beside another tree's, in one GPU call.
 
-    python3 scripts/p85_forward_ab.py run TAG OUT.pt     (in each tree: PYTHONPATH picks it)
-    python3 scripts/p85_forward_ab.py compare A.pt B.pt
+    python3 scripts/p85_ab.py run TAG OUT.pt        (in each tree: PYTHONPATH picks it)
+    python3 scripts/p85_ab.py compare A.pt B.pt
+    python3 scripts/p85_ab.py backward IN.pt OUT.pt
+
+run: the one pass's per-kernel GPU times at KernelBench's size (step_profile.py's profiler
+loop) in fp32 (TF32 off), bf16 and fp16, and its outputs on five shapes in each dtype, saved.
+backward: the fused backward (the keeping operator's backward) in the half types on three
+shapes, from inputs and kept tensors that IN.pt holds (made by the first tree that runs it:
+IN.pt absent), so that two trees' gradients of the same inputs compare bit for bit although
+their forwards differ. compare: two OUT.pt files, bit for bit.
 """
 import os
 import sys
@@ -30,8 +36,43 @@ def compare(path_a, path_b):
                        f"{(x.float() - y.float()).abs().max().item():.3g}")
 
 
+def backward(inputs_path, out_path):
+    ops = torch.ops.scratchops
+    try:
+        cases = torch.load(inputs_path)
+    except FileNotFoundError:
+        cases = {}
+        for dt in (torch.bfloat16, torch.float16):
+            for shape in ((16, 8, 128, 128), (2, 8, 37, 70), (1, 3, 21, 18)):
+                g = torch.Generator(device="cuda").manual_seed(11)
+                cin = shape[1]
+                cout = 8 if cin == 3 else 64
+                r = lambda *s: torch.randn(*s, generator=g, device="cuda").to(dt)
+                x, w, cb = r(*shape), r(cout, cin, 3, 3), r(cout)
+                gw, gb, s = r(cout), r(cout), r(cout)
+                groups = 4 if cin == 3 else 16
+                _, extremes, stats = ops._conv2d_group_norm_pool_clamp_keeping(
+                    x, w, cb, groups, gw, gb, s, 1e-5, -0.5, 0.5, 3)
+                grad = r(*extremes.shape)
+                cases[(str(dt), shape)] = [t.cpu() if torch.is_tensor(t) else t for t in
+                                           (grad, x, w, cb, groups, gw, gb, s, extremes, stats)]
+        torch.save(cases, inputs_path)
+    outs = {}
+    for key, args in cases.items():
+        args = [t.cuda() if torch.is_tensor(t) else t for t in args]
+        grads = ops._conv2d_group_norm_pool_clamp_backward_kept(*args, -0.5, 0.5)
+        for i, t in enumerate(grads):
+            outs[key + (i,)] = t.cpu()
+    torch.save(outs, out_path)
+    print("saved", len(outs), "gradients to", out_path)
+
+
 if sys.argv[1] == "compare":
     compare(sys.argv[2], sys.argv[3])
+    sys.exit(0)
+if sys.argv[1] == "backward":
+    scratchops.load()
+    backward(sys.argv[2], sys.argv[3])
     sys.exit(0)
 scratchops.load()
 module = PROBLEMS["p85"]
