@@ -21,13 +21,14 @@ namespace conv_gn_pool {
 //   halo     per tile, the input patch its outputs read (HR x HC pixels x 8 channels),
 //            copied from global memory one tile ahead (cp.async, no registers held; 16 bytes
 //            of a row at a time where the rows are 16-byte aligned, as at P85's size), split
-//            once into TF32 big / small / cross and stored channel-last. v2 split every im2col
+//            once into TF32 big / small / cross (float; the half types keep T) and stored
+//            channel-last. v2 split every im2col
 //            value (each input value 9 times for a 3 x 3 kernel) and gathered it with its own
 //            load; here a thread's A registers are two-value shared loads.
-//   mma      (float; the half types: one product, (3)) both operands' products in two
-//            accumulators: the cross terms in one, big * big in the other, added once at the
-//            end (the cross terms never meet the large running sum inside the tensor cores'
-//            truncating accumulation).
+//   mma      float: both operands' products in two accumulators: the cross terms in one,
+//            big * big in the other, added once at the end (the cross terms never meet the
+//            large running sum inside the tensor cores' truncating accumulation). The half
+//            types: native 16-bit products, two taps a k16 wgmma (tile_products_16).
 //   epilogue the tile goes through shared memory as [channel][pixel]; a thread then owns one
 //            (channel, pooling window) at a time: four 16-byte loads and the window's extreme;
 //            the channel's mean and centred sum of squares over the tile, in two passes whose
@@ -37,24 +38,19 @@ namespace conv_gn_pool {
 //            16 values of a window take no operation before their max and moments.
 // Covered: Cin <= 8 (B's K is then 8 values a tap), at most 12 taps (3 k-blocks) and
 // a halo of at most kHaloPixels pixels; conv_gn_pool_launch runs v2 otherwise.
-// Element types: the input, weights and parameters of type T. fp16 and bf16 values are TF32
-// values, so their one TF32 product (tile_products: 3xTF32's other two are 0) is the
-// exact product, summed in fp32; the halo is copied as T and widened as it is split, and the
-// staged tile rounded as torch's conv2d rounds it in T (stage_tile); the finalize rounds the
-// rest (conv_gn_pool_finalize.cuh).
-// (3) A tile's products, one k-step a tap: the thread's A registers are channels quad_col
+// Element types: the input, weights and parameters of type T. The half types' products of two
+// values of T are exact, summed in fp32 by the k16 wgmmas; their halo and weights stay T, and
+// the staged tile is rounded as torch's conv2d rounds it in T (stage_tile); the finalize
+// rounds the rest (conv_gn_pool_finalize.cuh).
+// (3) A float tile's products, one k-step a tap: the thread's A registers are channels quad_col
 // and quad_col + 4 of tap j at its two rows' pixels (halo byte offsets row_at), then the
 // wgmmas of kParts parts of A:
 // - 3 (a float tile with an Inf or NaN, or non-finite weights): big, small and cross, three
 //   wgmmas, all three parts of a tap loaded just before its wgmmas and waited for, one tap at
 //   a time;
 // - 2 (a float tile of finite values and finite weights): the cross parts are the big parts,
-//   so a tap needs two parts of A and B's big tile serves its cross terms;
-// - 1 (the half types): a half value and a half weight are TF32 values with no small part,
-//   so of the three products only big * big is not zero, and it alone is the same sum (an Inf
-//   or NaN multiplies as in torch's fp32 arithmetic: with one product there is no split to
-//   guard); acc_cross is left 0.
-// With 1 or 2 parts, tap j + 1's registers are loaded before tap j's wgmmas are issued (three
+//   so a tap needs two parts of A and B's big tile serves its cross terms.
+// With 2 parts, tap j + 1's registers are loaded before tap j's wgmmas are issued (three
 // buffers): the loads' latency hides behind the wait for tap j - 1, instead of stalling the
 // next wgmma.
 template <int kParts, int kAcc>
@@ -63,12 +59,9 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
                                               const V3Shape& shape, uint64_t desc0,
                                               bool b_cross_tile) {
     using Mma = WgmmaTf32Rs<kBN>;
+    static_assert(kParts == 2 || kParts == 3, "the float tiles' two modes");
     constexpr bool kPrefetch = kParts < 3;  // tap j + 1 loaded under tap j's wgmmas
     constexpr int kBuffers = kPrefetch ? 3 : 1;
-    if constexpr (kParts == 1) {
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) acc_cross[i] = 0.0f;  // (stage_tile adds the two)
-    }
     uint32_t a[kBuffers][kParts][4];  // [buffer][part][wgmma register]
     auto load_tap = [&](int j, uint32_t (&buf)[kParts][4]) {
         const int tap_at = shape.tap_offset[j] * kHaloPixelBytes;
@@ -103,10 +96,8 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
             pin_registers(acc_cross);
             wgmma_fence();
             const int accumulate = j > 0;  // tap 0 starts both afresh
-            if constexpr (kParts > 1) {
-                Mma::mma(acc_cross, buf[1], desc_cross, accumulate);
-                Mma::mma(acc_cross, buf[kParts == 2 ? 0 : 2], desc_small, 1);
-            }
+            Mma::mma(acc_cross, buf[1], desc_cross, accumulate);
+            Mma::mma(acc_cross, buf[kParts == 2 ? 0 : 2], desc_small, 1);
             Mma::mma(acc_big, buf[0], desc_big, accumulate);
             wgmma_commit();
             if (kPrefetch) {
@@ -128,6 +119,56 @@ __device__ __forceinline__ void tile_products(float (&acc_big)[kAcc], float (&ac
         for (int part = 0; part < kParts; ++part) pin_registers(a[b][part]);
     pin_registers(acc_big);
     pin_registers(acc_cross);
+}
+
+// (3) for the half types: native k16 wgmmas (twice TF32's k8 a wgmma, and 16-bit operands),
+// k-step i the taps 2 i and 2 i + 1 (relay_weights_16's layout): a thread's A registers are
+// words q of its two rows' 16-bit halo pixels at those taps (the m64n64k16 A fragment: k
+// 2q, 2q + 1 of tap 2 i, then of tap 2 i + 1; the word holds channels q and q + 4, the
+// permutation relay_weights_16 gives B too), zeros for a tap past the kernel's. Step i + 1's
+// registers are loaded before step i's wgmma is issued (three buffers), as tile_products does.
+// row_at: the float halo's byte offsets (halved for the 16-bit halo).
+template <class T, int kAcc>
+__device__ __forceinline__ void tile_products_16(float (&acc)[kAcc], const uint8_t* halo,
+                                                 const int (&row_at)[2], const V3Shape& shape,
+                                                 uint64_t desc0) {
+    using Mma = WgmmaHalfRs<kBN, T>;
+    constexpr int kMaxSteps = (kV3MaxTaps + 1) / 2;
+    const int steps = (shape.taps + 1) / 2;
+    uint32_t a[3][4];  // [buffer][wgmma register]
+    auto load_step = [&](int i, uint32_t (&buf)[4]) {
+#pragma unroll
+        for (int second = 0; second < 2; ++second) {
+            const int tap = 2 * i + second;  // (a constant once unrolled: no local copy)
+            const int tap_at = shape.tap_offset[tap] * kHalo16PixelBytes;
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                buf[2 * second + h] =
+                    tap < shape.taps
+                        ? *reinterpret_cast<const uint32_t*>(halo + row_at[h] / 2 + tap_at)
+                        : 0u;
+        }
+    };
+    load_step(0, a[0]);
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) {
+        if (i < steps) {
+            if (i + 1 < kMaxSteps && i + 1 < steps) load_step(i + 1, a[(i + 1) % 3]);
+            // k-block i / 4, k-step i % 4 (32 bytes: 2 in the descriptor's 16-byte units).
+            const uint64_t desc = desc0 + ((i / 4) * (kV316KBlockBytes / 16) + 2 * (i % 4));
+            pin_registers(a[i % 3]);
+            pin_registers(acc);
+            wgmma_fence();
+            Mma::mma(acc, a[i % 3], desc, i > 0);
+            wgmma_commit();
+            wgmma_wait<1>();  // step i - 1's wgmma is done: its buffer is free
+            pin_registers(a[(i + 2) % 3]);
+        }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int b = 0; b < 3; ++b) pin_registers(a[b]);
+    pin_registers(acc);
 }
 
 // Each warpgroup takes tiles first, first + step, ...: per tile (1) split the landed halo,
@@ -190,7 +231,7 @@ __global__ void __launch_bounds__(kV3Threads, 1)
         // (3)
         float acc_big[kAcc], acc_cross[kAcc];
         if constexpr (is_half_type<T>())
-            tile_products<1>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
+            tile_products_16<T>(acc_big, my.halo, row_at, shape, desc0);
         else if (finite_tile && !b_cross_tile)
             tile_products<2>(acc_big, acc_cross, my.halo, row_at, shape, desc0, b_cross_tile);
         else

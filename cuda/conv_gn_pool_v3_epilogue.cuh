@@ -72,8 +72,8 @@ struct StageBias<T, true> {
 // (element.cuh's plus_bias; rounding to nearest commutes with the sign), finished a channel
 // pair an instruction as P31's store does (conv_store.cuh's stage_pairs: the pair rounded by
 // one cvt, the bias pair added by one add of pairs, bit for bit the value-at-a-time rounding
-// wherever it is finite; a NaN stays a NaN). Their one product is acc_big alone (acc_cross is
-// 0: tile_products' one-part mode). (The value-at-a-time form, two roundings in integer
+// wherever it is finite; a NaN stays a NaN). Their products are in acc_big alone
+// (tile_products_16; acc_cross is not read). (The value-at-a-time form, two roundings in integer
 // instructions, was a third of the kernel's instructions: docs/notes.md.)
 template <class T, int kAcc>
 __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_big)[kAcc],

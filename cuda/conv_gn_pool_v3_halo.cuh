@@ -21,6 +21,13 @@ constexpr int kWideCopies = kHaloPixels * 8 / 4;  // 16-byte copies of a halo at
 // Items a thread copies and splits (an enum: unused without sm_90a).
 enum : int { kHaloIters = kHaloItems / kWarpgroupThreads };
 constexpr int kHaloPixelBytes = 32;  // 8 channels, channel-last (see halo_offset)
+// The half types' 16-bit halo: 8 channels of T a pixel, each item's pair one 4-byte word at
+// half the float halo's offset (split_halo). Their weights: k-blocks of 8 taps (one 128-byte
+// row of T a tap's 8 channels apiece), so at most 2 for v3's 12 taps (relay_weights_16).
+constexpr int kHalo16PixelBytes = kHaloPixelBytes / 2;
+enum : int { kV3TapsPer16KBlock = 8 };
+constexpr int kV3Max16KBlocks = (kV3MaxTaps + kV3TapsPer16KBlock - 1) / kV3TapsPer16KBlock;
+constexpr int kV316KBlockBytes = kBN * 128;
 constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
 constexpr int kTilePitch = kPool * kWideBandCols + 4;  // floats per channel row of the staged tile
 
@@ -104,16 +111,21 @@ struct V3Thread {
 // this one, so nothing derived from the weights outlives the call, and a call is one launch
 // fewer.
 // Each value is split as pack_b splits B (split_tf32: big to nearest, the remainder to
-// nearest); a fp16 / bf16 value is a TF32 value, so its small part is 0 and its one product
-// (tile_products' one-part mode) is exact. Channel n is negated where its extremes are minima
+// nearest). Channel n is negated where its extremes are minima
 // (see "epilogue" in conv_gn_pool_v3.cuh): its conv outputs come out as sign * x, exactly
 // (the split of -w is the split of w negated, cvt.rna being symmetric, and negating every
 // part of every product negates the sum, rounding included). Returns whether this thread met
 // a non-finite weight (then B's cross tile is needed: see tf32x3.cuh).
+// The half types multiply natively (k16 wgmmas, 16-bit operands, relay_weights_16 below): their
+// weights are not split, and their layout is 16-bit.
+template <class T>
+__device__ __forceinline__ bool relay_weights_16(uint8_t* weights, const T* w, const Params<T>& p,
+                                                 const Conv2dGeometry& g, int cout, int tid);
 template <class T>
 __device__ __forceinline__ bool relay_weights(uint8_t* weights, const T* w,
                                               const tc::PackedB& layout, const Params<T>& p,
                                               const Conv2dGeometry& g, int cout, int tid) {
+    if constexpr (is_half_type<T>()) return relay_weights_16(weights, w, p, g, cout, tid);
     bool nonfinite = false;
     const int taps = g.kernel_h * g.kernel_w;
     const int values = layout.num_kb * kBN * tc::kBlockK;  // [kb][row n][column L]
@@ -137,6 +149,36 @@ __device__ __forceinline__ bool relay_weights(uint8_t* weights, const T* w,
     }
     fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
     return nonfinite;
+}
+
+// The 16-bit layout (the half types' native products, tile_products_16): k-block kb of 8 taps
+// (a 128-byte row of 64 values of T, swizzled as pack_b's 16-bit B: tc::packed_offset<T>),
+// k-step i of the tile taps 2 i and 2 i + 1, position L = 8 (tap % 8) + 2 (c % 4) + c / 4 of
+// channel c: a tap's channels in the order q, q + 4 (q = 0..3), the order of the 16-bit halo's
+// words (split_halo), so that a thread's A register is one 4-byte load. The wgmma sums over k
+// in any order, so the permutation, the same in both operands, changes nothing but the order
+// of the exact products' additions. Taps past the kernel's (an odd count's last k-step) are 0.
+// A half value is exact in the products, so nothing is split; an Inf or NaN multiplies as in
+// torch's fp32 arithmetic (no cross tile: returns false).
+template <class T>
+__device__ __forceinline__ bool relay_weights_16(uint8_t* weights, const T* w, const Params<T>& p,
+                                                 const Conv2dGeometry& g, int cout, int tid) {
+    const int taps = g.kernel_h * g.kernel_w;
+    const int values = kV3Max16KBlocks * kBN * kV3TapsPer16KBlock * 8;  // [kb][row n][L]
+#pragma unroll 4
+    for (int i = tid; i < values; i += kV3Threads) {
+        const int L = i % (8 * kV3TapsPer16KBlock), n = i / (8 * kV3TapsPer16KBlock) % kBN;
+        const int kb = i / (8 * kV3TapsPer16KBlock * kBN);
+        const int tap = kV3TapsPer16KBlock * kb + L / 8, pos = L % 8, c = pos / 2 + 4 * (pos % 2);
+        const float value =
+            n < cout && c < g.channels && tap < taps
+                ? extreme_sign(p, cout, n) * to_float(w[(n * g.channels + c) * taps + tap])
+                : 0.0f;
+        *reinterpret_cast<T*>(weights + kb * kV316KBlockBytes + tc::packed_offset<T>(n, L)) =
+            from_float<T>(value);  // (exact: sign * w is a value of T)
+    }
+    fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
+    return false;
 }
 
 // Halo item i = wtid + 128 it = 4 pixel + q, pixel = hr * halo_w + hc: channels q and q + 4
@@ -243,10 +285,10 @@ __device__ __forceinline__ void fetch_halo(int tile, const T* x, T* raw,
 }
 
 // The landed halo (raw, of type T) split into TF32 big / small / cross, channel-last; returns
-// whether every value this thread split is finite (its cross part is then its big part). A
-// half value is a TF32 value with no small part, and the half types' one product
-// (tile_products with one part) reads the big part alone: only it is written (and the
-// return, which nothing then reads, is true).
+// whether every value this thread split is finite (its cross part is then its big part). The
+// half types multiply natively (tile_products_16): their halo is T itself, channels q and
+// q + 4 of a pixel one 4-byte word at half the float offset (16 bytes a pixel), nothing split
+// (and the return, which nothing then reads, is true).
 template <class T>
 __device__ __forceinline__ bool split_halo(WarpgroupSmem& my, const int4* halo_plan,
                                            int raw_channel, int wtid) {
@@ -257,16 +299,20 @@ __device__ __forceinline__ bool split_halo(WarpgroupSmem& my, const int4* halo_p
         const int at = halo_plan[wtid + kWarpgroupThreads * it].z;
         if (at >= 0) {
             const int from = halo_plan[wtid + kWarpgroupThreads * it].y;
+            if constexpr (is_half_type<T>()) {  // channels q and q + 4 of T: one 16-bit pair
+                const auto* bits = reinterpret_cast<const uint16_t*>(raw);
+                *reinterpret_cast<uint32_t*>(my.halo + at / 2) =
+                    bits[from] | static_cast<uint32_t>(bits[from + 4 * raw_channel]) << 16;
+                continue;
+            }
             const Tf32Split lo = split_tf32_truncated(to_float(raw[from]));
             const Tf32Split hi = split_tf32_truncated(to_float(raw[from + 4 * raw_channel]));
             *reinterpret_cast<uint2*>(my.halo + at) = make_uint2(lo.big, hi.big);
-            if constexpr (!is_half_type<T>()) {
-                finite = finite && lo.cross == lo.big && hi.cross == hi.big;
-                *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =
-                    make_uint2(lo.small, hi.small);
-                *reinterpret_cast<uint2*>(my.halo + 2 * kHaloArrayBytes + at) =
-                    make_uint2(lo.cross, hi.cross);
-            }
+            finite = finite && lo.cross == lo.big && hi.cross == hi.big;
+            *reinterpret_cast<uint2*>(my.halo + kHaloArrayBytes + at) =
+                make_uint2(lo.small, hi.small);
+            *reinterpret_cast<uint2*>(my.halo + 2 * kHaloArrayBytes + at) =
+                make_uint2(lo.cross, hi.cross);
         }
     }
     return finite;
