@@ -45,20 +45,20 @@ cudaError_t launch_v3(const T* x, const T* weight, const tc::PackedB& layout,
                       const Params<T>& params, const ConvGeometryFast& f,
                       const BandPixels& wide_bands, const V3Shape& shape, int batch,
                       cudaStream_t stream) {
-    const int smem = v3_smem_bytes(layout.num_kb);
+    const int smem = v3_smem_bytes<T>(layout.num_kb);
     // The limit, once per device: the most any launch asks (common.cuh).
     static std::atomic<unsigned long long> smem_set_on;
     const cudaError_t err = once_per_device(smem_set_on, [] {
         return cudaFuncSetAttribute(conv_gn_pool_v3_kernel<T>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    v3_smem_bytes(kV3MaxKBlocks));
+                                    v3_smem_bytes<T>(kV3MaxKBlocks));
     });
     if (err != cudaSuccess) return err;
     const long long tiles = static_cast<long long>(batch) * wide_bands.tiles_per_image;
-    const long long groups_of_tiles = (tiles + kV3Warpgroups - 1) / kV3Warpgroups;
+    const long long groups_of_tiles = (tiles + v3_warpgroups<T>() - 1) / v3_warpgroups<T>();
     const int ctas = static_cast<int>(groups_of_tiles < sm_count() ? groups_of_tiles : sm_count());
-    conv_gn_pool_v3_kernel<T><<<ctas, kV3Threads, smem, stream>>>(x, weight, layout, params, f,
-                                                                  wide_bands, shape);
+    conv_gn_pool_v3_kernel<T><<<ctas, v3_threads<T>(), smem, stream>>>(x, weight, layout, params,
+                                                                       f, wide_bands, shape);
     return cudaGetLastError();
 }
 

@@ -9,11 +9,12 @@
 namespace scratchops {
 namespace conv_gn_pool {
 
-// One CTA per SM (persistent), 384 threads = three warpgroups that work apart: each takes its
-// own tiles of 4 output rows x 16 columns (64 GEMM rows, one m64 wgmma) and synchronises
-// only its own 128 threads (named barriers), so one warpgroup's epilogue runs while the
-// others' wgmmas keep the tensor cores busy (three, not two: the kernel is bound by latency,
-// and 168 registers a thread still fit). Shared: the weights; per warpgroup: the rest.
+// One CTA per SM (persistent), warpgroups that work apart (three for float, four for the half
+// types: v3_warpgroups): each takes its own tiles of 4 output rows x 16 columns (64 GEMM
+// rows, one m64 wgmma) and synchronises only its own 128 threads (named barriers), so one
+// warpgroup's epilogue runs while the others' wgmmas keep the tensor cores busy (more than
+// two: the kernel is bound by latency, and as many as the registers allow). Shared: the
+// weights; per warpgroup: the rest.
 //   weights  B's big, small and cross parts (all k-blocks) written into shared memory once
 //            by each CTA, straight from the weight tensor (relay_weights: no packing kernel
 //            before this one), laid so that k-step j is tap j's 8 channels: 9 k-steps for a
@@ -175,7 +176,7 @@ __device__ __forceinline__ void tile_products_16(float (&acc)[kAcc], const uint8
 // (2) start the next tile's copies, (3) the products, (4) the tile staged, (5) and (6) the
 // extremes and statistics (the steps' comments say what each synchronises).
 template <class T>
-__global__ void __launch_bounds__(kV3Threads, 1)
+__global__ void __launch_bounds__(v3_threads<T>(), 1)
     conv_gn_pool_v3_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                            tc::PackedB layout, Params<T> p,
                            ConvGeometryFast f, BandPixels bands, V3Shape shape) {
@@ -185,19 +186,20 @@ __global__ void __launch_bounds__(kV3Threads, 1)
     extern __shared__ uint8_t smem_raw[];
     uint8_t* weights = tc::align_1024(smem_raw);
     WarpgroupSmem* wg_smem =
-        reinterpret_cast<WarpgroupSmem*>(weights + layout.num_kb * V3WeightStage::kStageBytes);
+        reinterpret_cast<WarpgroupSmem*>(weights + v3_weight_bytes<T>(layout.num_kb));
     // [kHaloItems]: where each halo item comes from and goes; [kWideCopies]: the same for the
     // 16-byte copies (write_halo_plan).
-    int4* halo_plan = reinterpret_cast<int4*>(wg_smem + kV3Warpgroups);
+    int4* halo_plan = reinterpret_cast<int4*>(wg_smem + v3_warpgroups<T>());
     int4* wide_plan = halo_plan + kHaloItems;
     const V3Thread t(threadIdx.x);
     WarpgroupSmem& my = wg_smem[t.warpgroup];
 
-    const StageBias<T> stage_bias(t, p, f.cout);  // (the half types' stage_tile)
+    __shared__ uint32_t stage_bias[kBN / 2];  // (the half types' stage_tile)
+    write_stage_bias(stage_bias, p, f.cout, t.tid);
     const bool nonfinite = relay_weights(weights, weight, layout, p, g, f.cout, t.tid);
     if (t.warpgroup == 0) write_halo_plan(halo_plan, wide_plan, shape, g, t.wtid);
     // B's cross tiles only where some weight is not finite (see tf32x3.cuh). This barrier
-    // also publishes the weights and the plan.
+    // also publishes the weights, the plan and stage_bias.
     const bool b_cross_tile = __syncthreads_or(nonfinite) != 0;
 
     // This thread's two tile rows (h = 0, 1): band row `warp`, column quad_row + 8h; their
@@ -212,8 +214,8 @@ __global__ void __launch_bounds__(kV3Threads, 1)
     const int raw_channel = shape.halo_h * shape.raw_pitch;  // floats of one channel in raw
 
     const int total_tiles = f.batch * bands.tiles_per_image;
-    const int first = kV3Warpgroups * static_cast<int>(blockIdx.x) + t.warpgroup;
-    const int step = kV3Warpgroups * static_cast<int>(gridDim.x);
+    const int first = v3_warpgroups<T>() * static_cast<int>(blockIdx.x) + t.warpgroup;
+    const int step = v3_warpgroups<T>() * static_cast<int>(gridDim.x);
     auto fetch = [&](int tile) {
         fetch_halo(tile, x, my.raw_of<T>(), halo_plan, wide_plan, shape, g, bands, t.wtid);
     };

@@ -44,27 +44,23 @@ struct V3WindowPairs {
     }
 };
 
-// The half types' sign * conv bias (see stage_tile) of a thread's 8 channel pairs, channels
-// 8 nb + 2 quad_col and + 1, as pairs of T (exact: sign * bias is a value of T), read once per
-// CTA into registers; float's stage adds no bias (the pairs of (5) add it) and holds none.
-template <class T, bool = is_half_type<T>()>
-struct StageBias {
-    __device__ StageBias(const V3Thread&, const Params<T>&, int) {}
-};
+// The half types' sign * conv bias (see stage_tile) of each channel pair co, co + 1, as a pair
+// of T (exact: sign * bias is a value of T), written once per CTA into shared memory (in
+// registers they pushed the four-warpgroup kernel past its 128 a thread); float's stage adds
+// no bias (the pairs of (5) add it) and writes none.
 template <class T>
-struct StageBias<T, true> {
-    typename PairOf<T>::type pair[kBN / 8];
-    __device__ StageBias(const V3Thread& t, const Params<T>& p, int cout) {
-#pragma unroll
-        for (int nb = 0; nb < kBN / 8; ++nb) {
-            const int co = 8 * nb + 2 * t.quad_col;
+__device__ __forceinline__ void write_stage_bias(uint32_t* bias_pairs, const Params<T>& p,
+                                                 int cout, int tid) {
+    if constexpr (is_half_type<T>()) {
+        const int co = 2 * tid;
+        if (co < kBN) {
             const float lo = extreme_sign(p, cout, co) * value_or(p.conv_bias, co, co < cout, 0.0f);
             const float hi =
                 extreme_sign(p, cout, co + 1) * value_or(p.conv_bias, co + 1, co + 1 < cout, 0.0f);
-            pair[nb] = PairOf<T>::rounded_pair(lo, hi);
+            bias_pairs[tid] = pair_bits(PairOf<T>::rounded_pair(lo, hi));
         }
     }
-};
+}
 
 // (4) The tile into shared memory as [channel][pixel]: element 4 nb + 2h + j of the
 // accumulators is (pixel 16 warp + quad_row + 8h, channel 8 nb + 2 quad_col + j). The half
@@ -78,15 +74,17 @@ struct StageBias<T, true> {
 template <class T, int kAcc>
 __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_big)[kAcc],
                                            const float (&acc_cross)[kAcc], const V3Thread& t,
-                                           const StageBias<T>& bias) {
+                                           const uint32_t* bias_pairs) {
     float* at = my.staged + 2 * t.quad_col * kTilePitch + 16 * t.warp + t.quad_row;
 #pragma unroll
     for (int i = 0; i < kAcc; i += 2) {
-        float* to = at + 8 * (i / 4) * kTilePitch + 8 * ((i / 2) % 2);  // channels co, co + 1
+        const int to_co = 8 * (i / 4) + 2 * t.quad_col;  // channels to_co, to_co + 1
+        float* to = at + 8 * (i / 4) * kTilePitch + 8 * ((i / 2) % 2);
         if constexpr (is_half_type<T>()) {
             using Ops = PairOf<T>;
             const float2 v = Ops::widened(
-                __hadd2_rn(Ops::rounded_pair(acc_big[i], acc_big[i + 1]), bias.pair[i / 4]));
+                __hadd2_rn(Ops::rounded_pair(acc_big[i], acc_big[i + 1]),
+                           reinterpret_cast<const typename Ops::type*>(bias_pairs)[to_co / 2]));
             to[0] = v.x;
             to[kTilePitch] = v.y;
         } else {

@@ -9,8 +9,18 @@
 namespace scratchops {
 namespace conv_gn_pool {
 
-constexpr int kV3Warpgroups = 3;
-constexpr int kV3Threads = kWarpgroupThreads * kV3Warpgroups;
+// Warpgroups a CTA: three for float, whose 3xTF32 tiles hold 168 registers a thread (384
+// threads fill the register file); four for the half types, about 120 (512 threads fit, and a
+// fourth warp a scheduler hides more of the latencies of the epilogue's shared-memory loads
+// and dependent arithmetic, on which the three warps' issue waited: docs/notes.md).
+template <class T>
+__host__ __device__ constexpr int v3_warpgroups() {
+    return is_half_type<T>() ? 4 : 3;
+}
+template <class T>
+__host__ __device__ constexpr int v3_threads() {
+    return kWarpgroupThreads * v3_warpgroups<T>();
+}
 constexpr int kV3MaxKBlocks = 3;
 enum : int {
     kV3MaxTaps = 4 * kV3MaxKBlocks,  // a k-block holds 4 taps of 8 channels
@@ -63,9 +73,16 @@ static_assert(sizeof(WarpgroupSmem) % 16 == 0, "16-byte aligned arrays");
 // The weights' k-blocks, each a stage of big, small and cross tiles (3xTF32 alone).
 using V3WeightStage = tc::BStage<kBN, false>;
 
+// The weights' bytes (the half types: relay_weights_16's k-blocks), then all of shared memory.
+template <class T>
+__host__ __device__ inline int v3_weight_bytes(int num_kb) {
+    return is_half_type<T>() ? kV3Max16KBlocks * kV316KBlockBytes
+                             : num_kb * V3WeightStage::kStageBytes;
+}
+template <class T>
 __host__ __device__ inline int v3_smem_bytes(int num_kb) {
-    return tc::kAlignSlack + num_kb * V3WeightStage::kStageBytes +
-           kV3Warpgroups * static_cast<int>(sizeof(WarpgroupSmem)) +
+    return tc::kAlignSlack + v3_weight_bytes<T>(num_kb) +
+           v3_warpgroups<T>() * static_cast<int>(sizeof(WarpgroupSmem)) +
            (kHaloItems + kWideCopies) * static_cast<int>(sizeof(int4));
 }
 
@@ -132,7 +149,7 @@ __device__ __forceinline__ bool relay_weights(uint8_t* weights, const T* w,
     // Unrolled so that a thread's global loads are in flight together (run once per CTA,
     // but a loop of dependent loads took ~5% of the kernel's time in ncu's samples).
 #pragma unroll 4
-    for (int i = tid; i < values; i += kV3Threads) {
+    for (int i = tid; i < values; i += v3_threads<T>()) {
         const int column = i % tc::kBlockK, n = (i / tc::kBlockK) % kBN;
         const int kb = i / (tc::kBlockK * kBN);
         const int k = tc::kBlockK * kb + column, tap = k / 8, c = k % 8;
@@ -166,7 +183,7 @@ __device__ __forceinline__ bool relay_weights_16(uint8_t* weights, const T* w, c
     const int taps = g.kernel_h * g.kernel_w;
     const int values = kV3Max16KBlocks * kBN * kV3TapsPer16KBlock * 8;  // [kb][row n][L]
 #pragma unroll 4
-    for (int i = tid; i < values; i += kV3Threads) {
+    for (int i = tid; i < values; i += v3_threads<T>()) {
         const int L = i % (8 * kV3TapsPer16KBlock), n = i / (8 * kV3TapsPer16KBlock) % kBN;
         const int kb = i / (8 * kV3TapsPer16KBlock * kBN);
         const int tap = kV3TapsPer16KBlock * kb + L / 8, pos = L % 8, c = pos / 2 + 4 * (pos % 2);
