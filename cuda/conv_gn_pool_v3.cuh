@@ -23,9 +23,9 @@ namespace conv_gn_pool {
 //            copied from global memory one tile ahead (cp.async, no registers held; 16 bytes
 //            of a row at a time where the rows are 16-byte aligned, as at P85's size), split
 //            once into TF32 big / small / cross (float; the half types keep T) and stored
-//            channel-last. v2 split every im2col
-//            value (each input value 9 times for a 3 x 3 kernel) and gathered it with its own
-//            load; here a thread's A registers are two-value shared loads.
+//            channel-last. v2 split every im2col value (each input value 9 times for a 3 x 3
+//            kernel) and gathered it with its own load; here a thread's A registers are
+//            two-value shared loads.
 //   mma      float: both operands' products in two accumulators: the cross terms in one,
 //            big * big in the other, added once at the end (the cross terms never meet the
 //            large running sum inside the tensor cores' truncating accumulation). The half
@@ -141,7 +141,7 @@ __device__ __forceinline__ void tile_products_16(float (&acc)[kAcc], const uint8
 #pragma unroll
         for (int second = 0; second < 2; ++second) {
             const int tap = 2 * i + second;  // (a constant once unrolled: no local copy)
-            const int tap_at = shape.tap_offset[tap] * kHalo16PixelBytes;
+            const int tap_at = shape.tap_offset[tap] * kHaloHalfPixelBytes;
 #pragma unroll
             for (int h = 0; h < 2; ++h)
                 buf[2 * second + h] =
@@ -156,7 +156,7 @@ __device__ __forceinline__ void tile_products_16(float (&acc)[kAcc], const uint8
         if (i < steps) {
             if (i + 1 < kMaxSteps && i + 1 < steps) load_step(i + 1, a[(i + 1) % 3]);
             // k-block i / 4, k-step i % 4 (32 bytes: 2 in the descriptor's 16-byte units).
-            const uint64_t desc = desc0 + ((i / 4) * (kV316KBlockBytes / 16) + 2 * (i % 4));
+            const uint64_t desc = desc0 + ((i / 4) * (kV3HalfKBlockBytes / 16) + 2 * (i % 4));
             pin_registers(a[i % 3]);
             pin_registers(acc);
             wgmma_fence();

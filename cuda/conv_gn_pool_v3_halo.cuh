@@ -34,10 +34,10 @@ constexpr int kHaloPixelBytes = 32;  // 8 channels, channel-last (see halo_offse
 // The half types' 16-bit halo: 8 channels of T a pixel, each item's pair one 4-byte word at
 // half the float halo's offset (split_halo). Their weights: k-blocks of 8 taps (one 128-byte
 // row of T a tap's 8 channels apiece), so at most 2 for v3's 12 taps (relay_weights_16).
-constexpr int kHalo16PixelBytes = kHaloPixelBytes / 2;
-enum : int { kV3TapsPer16KBlock = 8 };
-constexpr int kV3Max16KBlocks = (kV3MaxTaps + kV3TapsPer16KBlock - 1) / kV3TapsPer16KBlock;
-constexpr int kV316KBlockBytes = kBN * 128;
+constexpr int kHaloHalfPixelBytes = kHaloPixelBytes / 2;
+enum : int { kV3HalfKBlockTaps = 8 };
+constexpr int kV3HalfMaxKBlocks = (kV3MaxTaps + kV3HalfKBlockTaps - 1) / kV3HalfKBlockTaps;
+constexpr int kV3HalfKBlockBytes = kBN * 128;
 constexpr int kHaloArrayBytes = kHaloPixels * kHaloPixelBytes;
 constexpr int kTilePitch = kPool * kWideBandCols + 4;  // floats per channel row of the staged tile
 
@@ -76,7 +76,7 @@ using V3WeightStage = tc::BStage<kBN, false>;
 // The weights' bytes (the half types: relay_weights_16's k-blocks), then all of shared memory.
 template <class T>
 __host__ __device__ inline int v3_weight_bytes(int num_kb) {
-    return is_half_type<T>() ? kV3Max16KBlocks * kV316KBlockBytes
+    return is_half_type<T>() ? kV3HalfMaxKBlocks * kV3HalfKBlockBytes
                              : num_kb * V3WeightStage::kStageBytes;
 }
 template <class T>
@@ -181,17 +181,17 @@ template <class T>
 __device__ __forceinline__ bool relay_weights_16(uint8_t* weights, const T* w, const Params<T>& p,
                                                  const Conv2dGeometry& g, int cout, int tid) {
     const int taps = g.kernel_h * g.kernel_w;
-    const int values = kV3Max16KBlocks * kBN * kV3TapsPer16KBlock * 8;  // [kb][row n][L]
+    const int values = kV3HalfMaxKBlocks * kBN * kV3HalfKBlockTaps * 8;  // [kb][row n][L]
 #pragma unroll 4
     for (int i = tid; i < values; i += v3_threads<T>()) {
-        const int L = i % (8 * kV3TapsPer16KBlock), n = i / (8 * kV3TapsPer16KBlock) % kBN;
-        const int kb = i / (8 * kV3TapsPer16KBlock * kBN);
-        const int tap = kV3TapsPer16KBlock * kb + L / 8, pos = L % 8, c = pos / 2 + 4 * (pos % 2);
+        const int L = i % (8 * kV3HalfKBlockTaps), n = i / (8 * kV3HalfKBlockTaps) % kBN;
+        const int kb = i / (8 * kV3HalfKBlockTaps * kBN);
+        const int tap = kV3HalfKBlockTaps * kb + L / 8, pos = L % 8, c = pos / 2 + 4 * (pos % 2);
         const float value =
             n < cout && c < g.channels && tap < taps
                 ? extreme_sign(p, cout, n) * to_float(w[(n * g.channels + c) * taps + tap])
                 : 0.0f;
-        *reinterpret_cast<T*>(weights + kb * kV316KBlockBytes + tc::packed_offset<T>(n, L)) =
+        *reinterpret_cast<T*>(weights + kb * kV3HalfKBlockBytes + tc::packed_offset<T>(n, L)) =
             from_float<T>(value);  // (exact: sign * w is a value of T)
     }
     fence_proxy_async_shared();  // the weights are read by wgmma (the async proxy)
