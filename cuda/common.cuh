@@ -141,8 +141,9 @@ __device__ __forceinline__ float normed_scaled(float v, float mean, float rstd, 
 }
 // rounded<T>(normed_scaled<T>(v)) of two values, as the forward's output holds them before
 // its clamp; in 16 bits a pair an instruction: the normed pair rounded by one cvt, then one
-// multiply of pairs (the product of two values of T is exact in float, so its one rounding is
-// the same bits as rounding the float product).
+// multiply of pairs. Its one rounding gives the bits of rounding the float product: that
+// product of two values of T is exact, except below float's normal range (bf16), where its
+// at most 16 significant bits leave the two roundings no tie to split differently.
 template <class T>
 __device__ __forceinline__ float2 normed_scaled_rounded_pair(float v0, float v1, float mean,
                                                              float rstd, float gamma, float beta,

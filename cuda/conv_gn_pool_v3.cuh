@@ -18,7 +18,9 @@ namespace conv_gn_pool {
 //   weights  B's big, small and cross parts (all k-blocks) written into shared memory once
 //            by each CTA, straight from the weight tensor (relay_weights: no packing kernel
 //            before this one), laid so that k-step j is tap j's 8 channels: 9 k-steps for a
-//            3 x 3 kernel instead of the packing's 12 (it interleaves 4 taps a k-step).
+//            3 x 3 kernel instead of the packing's 12 (it interleaves 4 taps a k-step). The
+//            half types: B in T itself, two taps a k16 step, 5 for a 3 x 3 kernel
+//            (relay_weights_16).
 //   halo     per tile, the input patch its outputs read (HR x HC pixels x 8 channels),
 //            copied from global memory one tile ahead (cp.async, no registers held; 16 bytes
 //            of a row at a time where the rows are 16-byte aligned, as at P85's size), split

@@ -1,7 +1,7 @@
 // conv_gn_pool_v3_halo.cuh — P85's one pass, v3 (conv_gn_pool_v3.cuh): the shared-memory
 // layout of its warpgroups, and the data movement before the products: the weights re-laid
 // into shared memory once, and per tile the input halo copied from global memory one tile
-// ahead and split into TF32 parts.
+// ahead and split into TF32 parts (float; the half types keep T).
 #pragma once
 
 #include "conv_gn_pool.cuh"
@@ -57,7 +57,7 @@ struct V3Shape {
 };
 
 // Shared memory: the weights (1024-aligned), then per warpgroup a WarpgroupSmem, then the
-// halo plan both warpgroups read.
+// halo plan every warpgroup reads. (The half types' halo takes the first 2 KB of `halo`.)
 struct WarpgroupSmem {
     uint8_t halo[3 * kHaloArrayBytes];  // big, small, cross
     float staged[kBN * kTilePitch];     // the tile as [channel][pixel]
@@ -200,11 +200,12 @@ __device__ __forceinline__ bool relay_weights_16(uint8_t* weights, const T* w, c
 
 // Halo item i = wtid + 128 it = 4 pixel + q, pixel = hr * halo_w + hc: channels q and q + 4
 // of halo pixel (hr, hc), the pair a k-step's A register holds, so a thread splits both and
-// stores each part as one 8-byte pair. The copies from global memory write the unsplit halo
-// as [channel][hr][raw_pitch] (raw): wide, 4 floats of one channel's row at a time (item
-// j = (channel c, hr, chunk k), 16 bytes from column 4 k); otherwise a float at a time, by
-// the thread that splits it (channels q and q + 4 of its items). One warpgroup writes the
-// decoding once, the same for every tile and every warpgroup:
+// stores each part as one 8-byte pair (the half types: the pair of T as one 4-byte word).
+// The copies from global memory write the unsplit halo as [channel][hr][raw_pitch] (raw):
+// wide, 4 values of one channel's row at a time (item j = (channel c, hr, chunk k), from
+// column 4 k); otherwise a value at a time, by the thread that splits it (channels q and
+// q + 4 of its items). One warpgroup writes the decoding once, the same for every tile and
+// every warpgroup:
 //   halo_plan[i] = {input offset of (hr, hc) from the tile's first input pixel (-1: past
 //                   the halo), raw index of (q, hr, hc), byte offset in the split halo
 //                   arrays (-1: past the halo), hr << 16 | hc}

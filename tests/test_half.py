@@ -219,6 +219,26 @@ def test_conv2d_group_norm_pool_clamp_half(dtype, engine, version, x_shape, cout
 
 @requires_gpu
 @pytest.mark.parametrize("dtype", HALF, ids=ids.get)
+@pytest.mark.parametrize("kernel", [(1, 1), (2, 2), (3, 4), (1, 5)])
+def test_conv2d_group_norm_pool_clamp_half_kernel_sizes(dtype, kernel):
+    """v3's native 16-bit products take two taps a k-step: an odd tap count leaves a step's
+    second tap empty (1 x 1, 1 x 5), an even one fills every step (2 x 2), and 12 taps cross
+    into the second k-block of weights (3 x 4)."""
+    (x, w, cb, gw, gb, s), (x64, w64, cb64, gw64, gb64, s64) = half_inputs(
+        dtype, (2, 8, 19, 21), (64, 8, *kernel), (64,), (64,), (64,), (64, 1, 1))
+
+    def chain(x, w, cb, gw, gb, s):
+        return torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, w, cb), 16, gw, gb) * s, 4),
+                           -0.5, 0.5)
+
+    ref, ref64 = chain(x, w, cb, gw, gb, s), chain(x64, w64, cb64, gw64, gb64, s64)
+    poison_next(*ref.shape, dtype=dtype)
+    out = scratchops.conv2d_group_norm_pool_clamp(x, w, cb, 16, gw, gb, s, 1e-5, -0.5, 0.5)
+    assert_half_matches(out, ref, ref64)
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", HALF, ids=ids.get)
 @pytest.mark.parametrize("version", sorted(scratchops.CONV_GN_POOL_VERSIONS))
 @pytest.mark.parametrize("width", [20, 19])  # v3's halo copied 4 values at a time, or one
 def test_conv2d_group_norm_pool_clamp_half_nan_and_inf(dtype, version, width):
