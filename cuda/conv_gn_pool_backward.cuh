@@ -62,18 +62,15 @@ __device__ void compute_y(const FusedArgs<T>& a, const TileView<kMaxK>& v) {
             }
         }
         const float4 b = reinterpret_cast<const float4*>(v.bias)[quad];
-        // Rounded as torch's conv2d rounds it (element.cuh); in 16 bits a channel pair an
-        // instruction, as P31's store finishes its values (conv_store.cuh's stage_pairs: the
-        // same bits as plus_bias then rounded, a value at a time).
+        // Rounded as torch's conv2d rounds it; in 16 bits a channel pair an instruction
+        // (element.cuh's plus_bias_pair).
         if constexpr (is_half_type<T>()) {
             using Ops = PairOf<T>;
             const auto b01 = Ops::rounded_pair(b.x, b.y), b23 = Ops::rounded_pair(b.z, b.w);
 #pragma unroll
             for (int m = 0; m < 9; ++m) {
-                const float2 y01 =
-                    Ops::widened(__hadd2_rn(Ops::rounded_pair(acc[0][m], acc[1][m]), b01));
-                const float2 y23 =
-                    Ops::widened(__hadd2_rn(Ops::rounded_pair(acc[2][m], acc[3][m]), b23));
+                const float2 y01 = Ops::widened(plus_bias_pair<T>(acc[0][m], acc[1][m], b01));
+                const float2 y23 = Ops::widened(plus_bias_pair<T>(acc[2][m], acc[3][m], b23));
                 reinterpret_cast<float4*>(v.at(row, 9 * run + m))[quad] =
                     float4{y01.x, y01.y, y23.x, y23.y};
             }

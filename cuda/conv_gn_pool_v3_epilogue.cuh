@@ -66,9 +66,8 @@ __device__ __forceinline__ void write_stage_bias(uint32_t* bias_pairs, const Par
 // accumulators is (pixel 16 warp + quad_row + 8h, channel 8 nb + 2 quad_col + j). The half
 // types' values are what torch's conv2d gives in T, sign * rounded(rounded(conv) + bias)
 // (element.cuh's plus_bias; rounding to nearest commutes with the sign), finished a channel
-// pair an instruction as P31's store does (conv_store.cuh's stage_pairs: the pair rounded by
-// one cvt, the bias pair added by one add of pairs, bit for bit the value-at-a-time rounding
-// wherever it is finite; a NaN stays a NaN). Their products are in acc_big alone
+// pair an instruction (element.cuh's plus_bias_pair, as P31's store). Their products are in
+// acc_big alone
 // (tile_products_16; acc_cross is not read). (The value-at-a-time form, two roundings in integer
 // instructions, was a third of the kernel's instructions: docs/notes.md.)
 template <class T, int kAcc>
@@ -82,9 +81,9 @@ __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_
         float* to = at + 8 * (i / 4) * kTilePitch + 8 * ((i / 2) % 2);
         if constexpr (is_half_type<T>()) {
             using Ops = PairOf<T>;
-            const float2 v = Ops::widened(
-                __hadd2_rn(Ops::rounded_pair(acc_big[i], acc_big[i + 1]),
-                           reinterpret_cast<const typename Ops::type*>(bias_pairs)[to_co / 2]));
+            const float2 v = Ops::widened(plus_bias_pair<T>(
+                acc_big[i], acc_big[i + 1],
+                reinterpret_cast<const typename Ops::type*>(bias_pairs)[to_co / 2]));
             to[0] = v.x;
             to[kTilePitch] = v.y;
         } else {

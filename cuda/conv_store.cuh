@@ -221,9 +221,8 @@ struct ConvStore {
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
                 const int b = jj / 2, nb = 2 * chunk + b, h = jj % 2;
-                V v = __hadd2_rn(Ops::rounded_pair(acc[mb][4 * nb + 2 * h],
-                                                   acc[mb][4 * nb + 2 * h + 1]),
-                                 add[b]);  // torch's conv2d: the product rounded, + bias
+                V v = plus_bias_pair<T>(acc[mb][4 * nb + 2 * h], acc[mb][4 * nb + 2 * h + 1],
+                                        add[b]);  // torch's conv2d: the product rounded, + bias
                 if constexpr (kKeep) kept[mb][jj] = min_gradient_halves_pair(v, limits);
                 if constexpr (kTail) {     // min(v, c) + bias2, rounded, times the factor
                     v = __hadd2_rn(__hmin2_nan(v, limits), add2[b]);

@@ -98,6 +98,15 @@ struct PairOf<__nv_bfloat16> {
     }
     static __device__ __forceinline__ float2 widened(type v) { return __bfloat1622float2(v); }
 };
+// plus_bias then rounded to T (torch's conv2d in T), for two products at once: the pair
+// rounded by one cvt, then the bias pair (values of T) added by one add of pairs. The same
+// bits as the value-at-a-time form wherever it is finite (the float sum of two values of T
+// rounds once correctly: Figueroa's condition); a NaN stays a NaN.
+template <class T>
+__device__ __forceinline__ typename PairOf<T>::type plus_bias_pair(
+    float lo, float hi, const typename PairOf<T>::type& bias) {
+    return __hadd2_rn(PairOf<T>::rounded_pair(lo, hi), bias);
+}
 // A pair's 32 bits (lo in the low half, as it sits in memory).
 template <class V>
 __device__ __forceinline__ uint32_t pair_bits(V v) {
