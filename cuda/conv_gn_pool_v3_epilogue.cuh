@@ -67,9 +67,8 @@ __device__ __forceinline__ void write_stage_bias(uint32_t* bias_pairs, const Par
 // types' values are what torch's conv2d gives in T, sign * rounded(rounded(conv) + bias)
 // (element.cuh's plus_bias; rounding to nearest commutes with the sign), finished a channel
 // pair an instruction (element.cuh's plus_bias_pair, as P31's store). Their products are in
-// acc_big alone
-// (tile_products_16; acc_cross is not read). (The value-at-a-time form, two roundings in integer
-// instructions, was a third of the kernel's instructions: docs/notes.md.)
+// acc_big alone (tile_products_16; acc_cross is not read). (The value-at-a-time form, two
+// roundings in integer instructions, was a third of the kernel's instructions: docs/notes.md.)
 template <class T, int kAcc>
 __device__ __forceinline__ void stage_tile(WarpgroupSmem& my, const float (&acc_big)[kAcc],
                                            const float (&acc_cross)[kAcc], const V3Thread& t,
