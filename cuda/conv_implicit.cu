@@ -35,12 +35,18 @@
 //      wgmma operands are read from shared memory; no thread loads A at all. The single-
 //      product modes (TF32, fp16, bf16) with stride 1 where the caller gives the workspace
 //      (conv2d_implicit_stages_a); B's k-blocks are whole taps, in the natural k order.
+//   v5 v4 without the copy (conv_implicit_row_ring.cuh; 16-bit, where row_ring::applies, e.g.
+//      P31): each CTA makes v4's channels-last A rows itself, from NCHW rows that the copy
+//      engine stages and its producer warps transpose (ldmatrix / stmatrix) into a ring of
+//      input rows, walking consecutive output rows so that each input row is made once. The
+//      same products in the same order and the same store as v4: the same bits.
 // Element types: float, fp16 and bf16 input, weights and output (element.cuh); a half input
 // on the mma.sync engine runs the one-product TF32 mode, exact on half operands
 // (tensor_cores_single_product, launchers.h).
 #include <type_traits>
 
 #include "conv_implicit.cuh"
+#include "conv_implicit_row_ring_launch.cuh"
 #include "conv_implicit_staged_a_launch.cuh"
 #include "conv_store.cuh"
 #include "tensor_core_launch.cuh"
@@ -128,11 +134,15 @@ cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batc
     };
     if (channels_last != nullptr) {  // v4: the single-product modes, multiplying T itself
         if constexpr (kTf32 && std::is_same_v<Op, T>) {
+            const tc::PackedB staged = staged_layout<Op>(g, out_channels, BN);
+            if constexpr (tc::Operand<Op>::kNative16)  // v5 where it serves the shape
+                if (row_ring::applies<BN, Op>(x, g, batch, staged))
+                    return row_ring::launch<BN, Op>(x, g, batch, packed, staged, store, stream,
+                                                    staged_source<Op>(weight, out_channels, g));
             const staged_a::ChannelsLastCopy copy{x, channels_last, g.channels,
                                                   g.height * g.width, batch};
             return staged_a::launch<BN, Op>(
-                copy, g, batch, packed, staged_layout<Op>(g, out_channels, BN),
-                staged_cblocks<Op>(g), store, stream,
+                copy, g, batch, packed, staged, staged_cblocks<Op>(g), store, stream,
                 staged_source<Op>(weight, out_channels, g));
         }
         return cudaErrorInvalidValue;
@@ -156,6 +166,18 @@ bool conv2d_implicit_stages_a(const Conv2dGeometry& g, bool tf32, TensorCorePath
 template <class T>
 long long conv2d_implicit_channels_last_bytes(int batch, const Conv2dGeometry& g) {
     return static_cast<long long>(batch) * g.channels * g.height * g.width * sizeof(T);
+}
+
+template <class T>
+bool conv2d_implicit_reads_input_rows(const T* x, int batch, int out_channels,
+                                      const Conv2dGeometry& g) {
+    if constexpr (tc::Operand<T>::kNative16) {  // (T on the wgmma engine: conv2d_implicit_stages_a)
+        const int bn = tile_width(out_channels);
+        const tc::PackedB staged = staged_layout<T>(g, out_channels, bn);
+        return bn == kNarrowBN ? row_ring::applies<kNarrowBN, T>(x, g, batch, staged)
+                               : row_ring::applies<kWideBN, T>(x, g, batch, staged);
+    }
+    return false;
 }
 
 // The largest of the layouts: the TF32 packing with K rounded to whole k-blocks of 32 a tap
@@ -215,6 +237,8 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
 #define X(T)                                                                                 \
     template bool conv2d_implicit_stages_a<T>(const Conv2dGeometry&, bool, TensorCorePath);  \
     template long long conv2d_implicit_channels_last_bytes<T>(int, const Conv2dGeometry&);   \
+    template bool conv2d_implicit_reads_input_rows<T>(const T*, int, int,                    \
+                                                      const Conv2dGeometry&);                \
     template cudaError_t conv2d_implicit_pack<T>(const T*, int, const Conv2dGeometry&,       \
                                                  TensorCorePath, bool, void*, cudaStream_t); \
     template cudaError_t conv2d_implicit_launch<T>(const T*, const void*, const T*, T*, int,  \

@@ -159,6 +159,17 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// ldmatrix (sm_75+): four 8 x 8 matrices of 16-bit values loaded as they lie. Lane 8 j + i
+// gives the address (16-byte aligned) of matrix j's row i, 8 consecutive values; register j
+// receives this thread's two values of matrix j, at its row lane / 4 and columns 2 (lane % 4)
+// and + 1 (the layout stmatrix_x4_trans stores from).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t address, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address)
+                 : "memory");
+}
+
 // stmatrix (sm_90): four 8 x 8 matrices of 16-bit values stored transposed (.trans). Register
 // j holds this thread's two values of matrix j, at its row lane / 4 and columns 2 (lane % 4)
 // and + 1 (the layout of an mma accumulator), and lane 8 j + i gives the address (16-byte

@@ -175,11 +175,16 @@ struct ConvTail {
 // of 16 bytes), the caller may pack with staged = true and give the launch a workspace of
 // conv2d_implicit_channels_last_bytes (16-byte aligned) for a channels-last copy of x; the
 // copy engine then stages A in shared memory. Otherwise staged = false and nullptr. x may be
-// nullptr where that workspace holds the copy already (the launch then makes none).
+// nullptr where that workspace holds the copy already (the launch then makes none). Where
+// conv2d_implicit_reads_input_rows, v5 makes A's rows from x itself: the workspace may be 0
+// bytes (but given).
 template <class T>
 bool conv2d_implicit_stages_a(const Conv2dGeometry& g, bool tf32, TensorCorePath engine);
 template <class T>
 long long conv2d_implicit_channels_last_bytes(int batch, const Conv2dGeometry& g);
+template <class T>
+bool conv2d_implicit_reads_input_rows(const T* x, int batch, int out_channels,
+                                      const Conv2dGeometry& g);
 long long conv2d_implicit_packed_bytes(const Conv2dGeometry& g, int out_channels);
 template <class T>
 cudaError_t conv2d_implicit_pack(const T* weight, int out_channels, const Conv2dGeometry& g,

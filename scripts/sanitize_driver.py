@@ -225,6 +225,29 @@ def staged_a_kernels():
         for name, a, b in zip(("dx", "dw", "conv bias", "bias"), at_once, apart):
             check(f"bf16 P31 gradients at once {x_shape}: {name}", a, b, tol=tol)
 
+def row_ring_kernels():
+    """The implicit-GEMM conv's v5 (NCHW rows made channels-last in a ring in shared memory):
+    bf16, P31's tail and its keeping form, on one output row an image (every tile starts an
+    image) and on padded rows; enough output rows for v5 on this GPU (8 a multiprocessor)."""
+    half = lambda *shape: r(*shape).to(torch.bfloat16)
+    tol = max(HALF_TOL, 2 * torch.finfo(torch.bfloat16).eps)
+    rows = 8 * torch.cuda.get_device_properties(0).multi_processor_count
+    x, w, bias, b2 = half(rows + 3, 64, 3, 16), half(128, 64, 3, 3) / 24, half(128), half(128)
+    limit = torch.tensor(0.1, device="cuda", dtype=torch.bfloat16)
+    out = scratchops.conv2d_min_add_mul(x, w, bias, 0.1, b2, 2.0)
+    check("v5 bf16 conv2d_min_add_mul", out,
+          (torch.min(F.conv2d(x, w, bias), limit) + b2[:, None, None]) * 2.0, tol=tol)
+    # v4's bits (v4 takes the same values one element into their storage: v5 needs 16 bytes)
+    shifted = torch.empty(x.numel() + 1, device="cuda", dtype=x.dtype)[1:].view(x.shape)
+    if not torch.equal(out, scratchops.conv2d_min_add_mul(shifted.copy_(x), w, bias, 0.1, b2,
+                                                          2.0)):
+        failures.append("v5 bf16 conv2d_min_add_mul: not v4's bits")
+    check_kept("v5 bf16 conv2d_min_add_mul keeping", x, w, bias, b2)
+    x, w = half(rows // 5 + 1, 64, 7, 24), half(40, 64, 3, 2)
+    check("v5 bf16 conv2d padded", scratchops.conv2d(x, w, None, 1, (1, 2)),
+          F.conv2d(x, w, None, 1, (1, 2)), tol=tol)
+
+
 def check_grads(label, ours, ref, *inputs):
     """The gradients of ours(*inputs) and ref(*inputs) for one random output gradient."""
     leaves = [t.detach().requires_grad_() for t in inputs]
@@ -336,6 +359,7 @@ def main():
     if hopper:
         native_half_kernels()
         staged_a_kernels()
+        row_ring_kernels()
     x = r(2, 3, 9, 7)
     for version in scratchops.IM2COL_VERSIONS:
         check(f"im2col v{version}", scratchops.im2col(x, (3, 2), 1, 1, 2, version=version),
@@ -382,4 +406,8 @@ def main():
 
 if __name__ == "__main__":
     with tf32_disabled():  # torch's references in true fp32
+        if sys.argv[1:] == ["row_ring"]:  # v5 alone (a short sanitizer run)
+            row_ring_kernels()
+            print(f"sanitize_driver: {len(failures)} mismatches", *failures, sep="\n")
+            sys.exit(1 if failures else 0)
         sys.exit(main())

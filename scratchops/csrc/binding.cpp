@@ -374,8 +374,9 @@ Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
 // weights, which the launch packs at every call (conv2d_implicit_launch's weight argument:
 // inside the convolution's kernel where it can, else with a small kernel first) so that no
 // copy could outlive the weights; and, where the launch may stage A (may_stage:
-// conv2d_implicit_stages_a), `channels_last` for the input's channels-last copy, from the
-// next kWorkspaceAlign-byte boundary (else nullptr). engine: the tensor cores that multiply.
+// conv2d_implicit_stages_a), `channels_last` for the input x's channels-last copy, from the
+// next kWorkspaceAlign-byte boundary (else nullptr; 0 bytes where the launch reads x itself).
+// engine: the tensor cores that multiply.
 constexpr long long kWorkspaceAlign = 256;  // (a tensor map's base needs 16 bytes)
 struct ConvWorkspaces {
     at::DataPtr memory;
@@ -384,28 +385,32 @@ struct ConvWorkspaces {
     TensorCorePath engine = TensorCorePath::kWgmma;
 };
 template <class T>
-ConvWorkspaces conv_workspaces(const Conv& c, bool may_stage, TensorCorePath engine) {
+ConvWorkspaces conv_workspaces(const Conv& c, bool may_stage, TensorCorePath engine,
+                               const T* x) {
     const bool staged = may_stage && conv2d_implicit_stages_a<T>(c.g, c.tf32, engine);
     const long long packed_bytes = (conv2d_implicit_packed_bytes(c.g, c.cout) + kWorkspaceAlign -
                                     1) / kWorkspaceAlign * kWorkspaceAlign;
     ConvWorkspaces ws;
-    ws.memory = workspace(packed_bytes +
-                          (staged ? conv2d_implicit_channels_last_bytes<T>(c.batch, c.g) : 0));
+    ws.memory = workspace(
+        packed_bytes +
+        (staged && !conv2d_implicit_reads_input_rows<T>(x, c.batch, c.cout, c.g)
+             ? conv2d_implicit_channels_last_bytes<T>(c.batch, c.g)
+             : 0));
     ws.packed = ws.memory.get();
     if (staged) ws.channels_last = static_cast<char*>(ws.memory.get()) + packed_bytes;
     ws.engine = engine;
     return ws;
 }
 template <class T>
-ConvWorkspaces conv_workspaces(const Tensor& w, const Conv& c) {
-    return conv_workspaces<T>(c, true, tensor_core_engine(w, "this convolution"));
+ConvWorkspaces conv_workspaces(const Tensor& w, const Conv& c, const T* x) {
+    return conv_workspaces<T>(c, true, tensor_core_engine(w, "this convolution"), x);
 }
 
 // The weights packed now for a kernel that reads them packed and packs nothing itself
 // (conv_gn_pool's version 2), in a workspace of this call.
 template <class T>
 ConvWorkspaces packed_weights(const Tensor& w, const Conv& c, TensorCorePath engine) {
-    ConvWorkspaces ws = conv_workspaces<T>(c, false, engine);
+    ConvWorkspaces ws = conv_workspaces<T>(c, false, engine, nullptr);
     const cudaError_t err = conv2d_implicit_pack(
         data<T>(w), c.cout, c.g, engine, false, ws.packed,
         c10::cuda::getCurrentCUDAStream(w.device().index()).stream());
@@ -424,7 +429,7 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const OptTensor& bias,
     return launch_into(x, c.shape, "conv2d", [&](auto e, auto* y, cudaStream_t s) {
         using T = typename decltype(e)::type;
         if (algorithm == 1) {
-            const ConvWorkspaces w = conv_workspaces<T>(weight, c);
+            const ConvWorkspaces w = conv_workspaces<T>(weight, c, data<T>(x));
             return conv2d_implicit_launch<T>(data<T>(x), w.packed, data<T>(bias), y, c.batch,
                                              c.cout, c.g,
                                              ConvTail<T>{ConvTail<T>::kNone, 0.0f, nullptr, 1.0f},
@@ -456,7 +461,7 @@ Tensor conv2d_min_add_mul_run(const Tensor& x, const Tensor& weight, const OptTe
             *halves = at::empty(c.shape, bytes);
             tail.halves = halves->data_ptr<uint8_t>();
         }
-        const ConvWorkspaces w = conv_workspaces<T>(weight, c);
+        const ConvWorkspaces w = conv_workspaces<T>(weight, c, data<T>(x));
         return conv2d_implicit_launch<T>(data<T>(x), w.packed, data<T>(conv_bias), y, c.batch,
                                          c.cout, c.g, tail, c.tf32, w.engine, s, true,
                                          w.channels_last, data<T>(weight));
