@@ -44,11 +44,14 @@ int staged_dy_images(int batch, int out_channels, const Conv2dGeometry& g, Tenso
 // chunks of staged_dy_images images where v4 stages dy (workspace_bytes: the workspace's size);
 // tf32: the forward's TF32 mode (conv2d_implicit_launch's tf32). dy nullptr: v4 stages the
 // whole batch in one chunk and dy's channels-last copy is in the workspace already.
+// keep_dy_copy: the caller reads dy's copy from the workspace afterwards, so v4 makes it
+// (conv2d_implicit_launch's keep_channels_last; v5 would make none).
 template <class T>
 cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int batch,
                                       int out_channels, const Conv2dGeometry& g,
                                       TensorCorePath engine, bool tf32, T* workspace,
-                                      long long workspace_bytes, cudaStream_t stream) {
+                                      long long workspace_bytes, cudaStream_t stream,
+                                      bool keep_dy_copy = false) {
     const Conv2dGeometry flipped_g = input_grad_geometry(g, out_channels);
     const FlippedWeights f = flipped_weights<T>(out_channels, g);
     T* flipped = workspace;
@@ -77,7 +80,7 @@ cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int b
         err = conv2d_implicit_launch<T>(chunk, packed, nullptr, dx + n0 * dx_image,
                                         count, g.channels, flipped_g, none, tf32, engine,
                                         stream, /*group_k_blocks=*/false, channels_last,
-                                        flipped);
+                                        flipped, keep_dy_copy);
     }
     return err;
 }
@@ -302,7 +305,8 @@ cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight,
         if (w.images != batch) return cudaErrorInvalidValue;
         cudaError_t err = input_grad_as_convolution(dy_copied ? nullptr : dy, weight, dx, batch,
                                                     out_channels, g, engine, false,
-                                                    static_cast<T*>(workspace), input_part, stream);
+                                                    static_cast<T*>(workspace), input_part, stream,
+                                                    /*keep_dy_copy=*/true);
         if (err != cudaSuccess) return err;
         const auto* dy_copy =
             reinterpret_cast<const T*>(static_cast<const uint8_t*>(workspace) + dy_offset);

@@ -110,7 +110,7 @@ template <int BN, int MB, int STAGES, bool kTf32, class Op, class T>
 cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batch,
                 int out_channels, const Conv2dGeometry& g, const ConvTail<T>& tail,
                 bool group_k_blocks, TensorCorePath engine, void* channels_last,
-                const T* weight, cudaStream_t stream) {
+                bool keep_channels_last, const T* weight, cudaStream_t stream) {
     const ConvGeometryFast f = conv_tc::fast_geometry<Op>(g, batch, out_channels);
     const ConvStore<T> store{y, bias, tail, f};
     const int m = batch * g.out_h * g.out_w;
@@ -136,7 +136,7 @@ cudaError_t run(const T* x, const uint8_t* packed, const T* bias, T* y, int batc
         if constexpr (kTf32 && std::is_same_v<Op, T>) {
             const tc::PackedB staged = staged_layout<Op>(g, out_channels, BN);
             if constexpr (tc::Operand<Op>::kNative16)  // v5 where it serves the shape
-                if (row_ring::applies<BN, Op>(x, g, batch, staged))
+                if (!keep_channels_last && row_ring::applies<BN, Op>(x, g, batch, staged))
                     return row_ring::launch<BN, Op>(x, g, batch, packed, staged, store, stream,
                                                     staged_source<Op>(weight, out_channels, g));
             const staged_a::ChannelsLastCopy copy{x, channels_last, g.channels,
@@ -208,7 +208,8 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
                                    int batch, int out_channels, const Conv2dGeometry& g,
                                    const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
                                    cudaStream_t stream, bool group_k_blocks,
-                                   void* channels_last, const T* weight) {
+                                   void* channels_last, const T* weight,
+                                   bool keep_channels_last) {
     if (batch <= 0 || out_channels <= 0 || g.out_h <= 0 || g.out_w <= 0) return cudaSuccess;
     if (channels_last != nullptr && !conv2d_implicit_stages_a<T>(g, tf32, engine))
         return cudaErrorInvalidValue;
@@ -219,10 +220,10 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
         if (tile_width(out_channels) == kNarrowBN)
             return run<kNarrowBN, kNarrowMB, kNarrowStages, kT, Op>(
                 x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine,
-                channels_last, weight, stream);
+                channels_last, keep_channels_last, weight, stream);
         return run<kWideBN, kWideMB, kWideStages, kT, Op>(
             x, p, bias, y, batch, out_channels, g, tail, group_k_blocks, engine, channels_last,
-            weight, stream);
+            keep_channels_last, weight, stream);
     };
     // (The half types have the single-product modes alone: their 3xTF32 kernels are never
     // built.)
@@ -244,7 +245,8 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
     template cudaError_t conv2d_implicit_launch<T>(const T*, const void*, const T*, T*, int,  \
                                                    int, const Conv2dGeometry&,               \
                                                    const ConvTail<T>&, bool, TensorCorePath, \
-                                                   cudaStream_t, bool, void*, const T*);
+                                                   cudaStream_t, bool, void*, const T*,  \
+                                                   bool);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X
 

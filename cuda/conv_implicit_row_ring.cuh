@@ -4,7 +4,7 @@
 //
 // Why. v4 (conv_implicit_staged_a.cuh) reads A as boxes of a channels-last copy of x: there a
 // pixel's channels are one 128-byte row, so a tap's shift along the output row is a whole row,
-// a descriptor offset. The copy is one more pass over x: 0.14 of P31's 0.70 ms in bf16
+// a descriptor offset. The copy is one more pass over x: 0.14-0.17 ms of P31's 0.70 in bf16
 // (docs/notes.md). The NCHW input cannot be boxed at a tap's shift (a box starts on 16 bytes, a
 // pixel is 2), so here the same rows are made in shared memory, one input row at a time:
 //   1. the copy engine brings a chunk, 8 channels x 128 pixels of one input row, into a 2 KB
@@ -18,7 +18,8 @@
 //      from s dil_w rows in (slot row j holds input pixel j - pad_w).
 // A CTA walks consecutive output rows (its share of the batch x out_h rows, a tile each), so
 // each input row is made once and read by the kernel_h tiles it serves: the ring holds
-// kernel_h + 1 input rows, those of the two consumers' tiles (one output row apart).
+// kernel_h + 1 input rows, those of the two consumers' tiles (one output row apart; at an
+// image's first tile the two need 2 kernel_h rows, so the second waits for the first's).
 //
 // The load sequence. A CTA's tile i (output row g0 + i) reads loads first_load(i) + r, r <
 // kernel_h: the first tile of an image (or of the CTA) brings kernel_h new input rows, every

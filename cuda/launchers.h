@@ -177,7 +177,8 @@ struct ConvTail {
 // copy engine then stages A in shared memory. Otherwise staged = false and nullptr. x may be
 // nullptr where that workspace holds the copy already (the launch then makes none). Where
 // conv2d_implicit_reads_input_rows, v5 makes A's rows from x itself: the workspace may be 0
-// bytes (but given).
+// bytes (but given), and no copy is left there; keep_channels_last (the caller reads the copy
+// afterwards) rules v5 out, so that v4 makes it.
 template <class T>
 bool conv2d_implicit_stages_a(const Conv2dGeometry& g, bool tf32, TensorCorePath engine);
 template <class T>
@@ -204,7 +205,8 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
                                    int batch, int out_channels, const Conv2dGeometry& g,
                                    const ConvTail<T>& tail, bool tf32, TensorCorePath engine,
                                    cudaStream_t stream, bool group_k_blocks = true,
-                                   void* channels_last = nullptr, const T* weight = nullptr);
+                                   void* channels_last = nullptr, const T* weight = nullptr,
+                                   bool keep_channels_last = false);
 // Whether a convolution whose torch counterpart may use TF32 (torch.backends.cudnn.allow_tf32)
 // computes in TF32: cuDNN chooses per shape, and the rule that agrees with it best over the
 // measured shapes (docs/tf32.md) is a reduction of at least kTf32MinReduction = Cin*kh*kw.

@@ -12,7 +12,7 @@ padding on both sides, odd output sizes, one output row an image (every tile sta
 the ring refilled, most loads read by one tile), kernel rows 1 to 3, a dilated 5-wide kernel,
 output channels past Cout in the column tile, and rows shared unevenly between CTAs. Each is
 held to torch's result in its dtype and a float64 reference, with the output poisoned first;
-the profiler shows that v5 ran and that no channels-last copy was made."""
+the profiler shows that v5 ran and that no copy kernel did."""
 
 import math
 
@@ -105,6 +105,7 @@ def test_bit_for_bit_v4(dtype, case):
     shifted = off_sixteen_bytes(x)
     kernels = kernels_of(lambda: ours(shifted))
     assert not any(KERNEL in k for k in kernels) and any("staged_a" in k for k in kernels)
+    assert any(KERNEL in k for k in kernels_of(lambda: ours(x)))
     assert torch.equal(ours(x), ours(shifted))
 
 
@@ -153,3 +154,32 @@ def test_few_rows_run_v4():
     kernels = kernels_of(call)
     assert not any(KERNEL in k for k in kernels) and any("staged_a" in k for k in kernels)
     assert_half_matches(call(), F.conv2d(x, w, b), F.conv2d(x.double(), w.double(), b.double()))
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["fp16", "bf16"])
+def test_both_gradients_keep_dys_copy_for_the_weight_gradient(dtype):
+    """conv2d's two gradients at once (_conv2d_grads) run the input gradient as a convolution of
+    dy on v4 and hand the channels-last copy of dy that v4 made to the weight gradient. Where
+    that convolution's shape is one v5 serves (here: dy 64 channels, 56 wide, enough rows), it
+    must still run v4, or the weight gradient would read a copy never made: both gradients are
+    the bits of the two operators run apart, and the weight gradient within the half rules of
+    torch's and float64's."""
+    batch = batch_for(56)
+    x = rand(batch, 64, 56, 56, dtype=dtype)
+    w = (rand(64, 64, 3, 3) / 24).to(dtype)
+    dy = rand(batch, 64, 56, 56, dtype=dtype)
+    window = ([1, 1], [1, 1], [1, 1])
+    version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+    budget = scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES
+    ops = torch.ops.scratchops
+    together = lambda: ops._conv2d_grads(dy, x, w, *window, budget, version)  # noqa: E731
+    input_grad = lambda: ops._conv2d_input_grad(  # noqa: E731
+        dy, w, list(x.shape), *window, budget, version)
+    assert any(KERNEL in k for k in kernels_of(input_grad))  # (a shape v5 serves)
+    assert not any(KERNEL in k for k in kernels_of(together))
+    dx, dw = together()
+    assert torch.equal(dx, input_grad())
+    assert torch.equal(dw, ops._conv2d_weight_grad(dy, x, list(w.shape), *window, budget,
+                                                   version))
+    ref64 = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), padding=1)
+    assert_half_matches(dw, torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=1), ref64)

@@ -375,7 +375,8 @@ Conv conv_setup(const Tensor& x, const Tensor& weight, const OptTensor& bias,
 // inside the convolution's kernel where it can, else with a small kernel first) so that no
 // copy could outlive the weights; and, where the launch may stage A (may_stage:
 // conv2d_implicit_stages_a), `channels_last` for the input x's channels-last copy, from the
-// next kWorkspaceAlign-byte boundary (else nullptr; 0 bytes where the launch reads x itself).
+// next kWorkspaceAlign-byte boundary (else nullptr; where the launch reads x itself, v5, a
+// pointer to 0 bytes).
 // engine: the tensor cores that multiply.
 constexpr long long kWorkspaceAlign = 256;  // (a tensor map's base needs 16 bytes)
 struct ConvWorkspaces {
