@@ -245,7 +245,7 @@ cudaError_t conv2d_implicit_launch(const T* x, const void* packed, const T* bias
     template cudaError_t conv2d_implicit_launch<T>(const T*, const void*, const T*, T*, int,  \
                                                    int, const Conv2dGeometry&,               \
                                                    const ConvTail<T>&, bool, TensorCorePath, \
-                                                   cudaStream_t, bool, void*, const T*,  \
+                                                   cudaStream_t, bool, void*, const T*,      \
                                                    bool);
 SCRATCHOPS_FOR_EACH_ELEMENT(X)
 #undef X

@@ -34,6 +34,11 @@ def r(*shape):
     return torch.rand(shape, device="cuda") * 2 - 1
 
 
+def one_element_in(x):
+    """x's values one element into a new storage: off 16 bytes, as no allocation is."""
+    return torch.empty(x.numel() + 1, device=x.device, dtype=x.dtype)[1:].view(x.shape).copy_(x)
+
+
 def check_gemm(label, version):
     """gemm `version` on awkward shapes, a bias, and a batch."""
     for m, n, k in [(1, 1, 1), (33, 65, 17), (130, 129, 9), (64, 200, 72)]:
@@ -238,8 +243,7 @@ def row_ring_kernels():
     check("v5 bf16 conv2d_min_add_mul", out,
           (torch.min(F.conv2d(x, w, bias), limit) + b2[:, None, None]) * 2.0, tol=tol)
     # v4's bits (v4 takes the same values one element into their storage: v5 needs 16 bytes)
-    shifted = torch.empty(x.numel() + 1, device="cuda", dtype=x.dtype)[1:].view(x.shape)
-    if not torch.equal(out, scratchops.conv2d_min_add_mul(shifted.copy_(x), w, bias, 0.1, b2,
+    if not torch.equal(out, scratchops.conv2d_min_add_mul(one_element_in(x), w, bias, 0.1, b2,
                                                           2.0)):
         failures.append("v5 bf16 conv2d_min_add_mul: not v4's bits")
     check_kept("v5 bf16 conv2d_min_add_mul keeping", x, w, bias, b2)
@@ -272,8 +276,7 @@ def check_half_input_paths():
         x = r(2, w_shape[1], 19, 38).to(torch.bfloat16)
         params = [t.to(torch.bfloat16) for t in (r(*w_shape), r(w_shape[0]), r(w_shape[0]),
                                                  r(w_shape[0]), r(w_shape[0]))]
-        storage = torch.empty(x.numel() + 1, device="cuda", dtype=torch.bfloat16)
-        shifted = storage[1:].view(x.shape).copy_(x)
+        shifted = one_element_in(x)
 
         def gradients(inp, g=None):
             leaves = [t.detach().requires_grad_() for t in (inp, *params)]

@@ -65,6 +65,12 @@ def rand(*shape, low=-1.0, high=1.0, device="cuda", dtype=torch.float32):
     return torch.empty(shape, device=device, dtype=dtype).uniform_(low, high)
 
 
+def one_element_in(t):
+    """t's values in a new storage one element in: a tensor whose data starts off 16 bytes,
+    which no allocation gives (the paths that need aligned data must refuse it)."""
+    return torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape).copy_(t)
+
+
 def tf32_nearest(t):
     """float32 rounded to the nearest TF32, ties away from zero (what cvt.rna gives)."""
     bits = t.contiguous().view(torch.int32)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import scratchops
-from helpers import TENSOR_CORES, launches, poison_next, rand
+from helpers import TENSOR_CORES, launches, one_element_in, poison_next, rand
 from test_autograd import (HALF_GRAD_TOL, as_dtype, gradients, min_settled, requiring_grad,
                            settled_out_grad, torch_min_add_mul)
 from test_half import assert_half_matches
@@ -87,22 +87,16 @@ def test_matches_torch_and_float64(dtype, case):
     assert torch.equal(call(), out)  # the same bits again: no order depends on timing
 
 
-def off_sixteen_bytes(x):
-    """A copy of x one element into its storage: v5's tensor map needs x's address on 16
-    bytes, so this input runs v4 (with its channels-last copy) on the same values."""
-    shifted = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)[1:].view(x.shape)
-    return shifted.copy_(x)
-
-
 @pytest.mark.parametrize("dtype", HALF, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_bit_for_bit_v4(dtype, case):
     """v5 multiplies the same k-blocks in the same order as v4 and stores through the same
-    epilogue: the same bits, on the same values read from an input v5 cannot take."""
+    epilogue: the same bits, on the same values read from an input v5 cannot take (one element
+    into its storage: v5's tensor map needs x's address on 16 bytes, so v4 runs)."""
     _, _, padding, dilation = case
     x, w, b = make(case, dtype)
     ours = lambda t: scratchops.conv2d(t, w, b, 1, padding, dilation)  # noqa: E731
-    shifted = off_sixteen_bytes(x)
+    shifted = one_element_in(x)
     kernels = kernels_of(lambda: ours(shifted))
     assert not any(KERNEL in k for k in kernels) and any("staged_a" in k for k in kernels)
     assert any(KERNEL in k for k in kernels_of(lambda: ours(x)))
@@ -141,7 +135,7 @@ def test_p31_tail_nan_inf_and_gradients(dtype):
         scale = r64.abs().max().item()
         err, err_torch = ((t.double() - r64).abs().max().item() for t in (o, r))
         assert err <= 4 * err_torch + 2 * HALF_GRAD_TOL * scale, (err, err_torch)
-    v4_args = requiring_grad((off_sixteen_bytes(x), w, cb, bias))
+    v4_args = requiring_grad((one_element_in(x), w, cb, bias))
     for o, o4 in zip(mine, gradients(ours, v4_args, out_grad)):
         assert torch.equal(o, o4)
 
