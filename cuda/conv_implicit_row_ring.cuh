@@ -28,12 +28,12 @@
 // tiles read (at an image's or the CTA's last rows) has the missing arrivals made by its
 // filler up front (RowCursor::readers).
 //
-// Roles. Warpgroup 0: warp 0's lane 0 loads the resident B once; warps 1 to 3 fill the ring,
-// chunk k of the load sequence by filler k % kFillers through its own staging buffer (read
-// into registers at once, so that the next chunk's copy flies while this one waits for its
-// slot), and ask L2 for the same chunk kPrefetchLoads loads ahead (a load then waits on L2,
-// not DRAM). The two consumer warpgroups take the CTA's tiles in turn, and multiply and store
-// as v4 does.
+// Roles. Warpgroup 0: warp 0's lane 0 asks for the resident B (one barrier); then its four
+// warps fill the ring (a 64-channel row in two rounds of copy latency), chunk k of the load
+// sequence by filler k % kFillers through its own staging buffer (read into registers at
+// once, so the next chunk's copy flies while this one waits for its slot), and ask L2 for the
+// same chunk kPrefetchLoads loads ahead (a load then waits on L2, not DRAM). The two consumer
+// warpgroups take the CTA's tiles in turn, and multiply and store as v4 does.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +56,7 @@ constexpr int kMaxKernelH = 3;                     // the ring's slots: kernel_h
 constexpr int kChunkChannels = 8;                  // a chunk: one 16-byte chunk of a row
 constexpr int kBoxPixels = 64;                     // a staging box's 128-byte rows
 constexpr int kStageBytes = kChunkChannels * kSlotRows * 2;  // two boxes
-constexpr int kFillers = 3;                        // the producer's warps 1-3
+constexpr int kFillers = 4;                        // the producer's warps
 constexpr int kPrefetchLoads = 3;
 // The rows a tile may read past its slot (taps s > 0 of its last pixels, never stored): they
 // fall in the next slot or, after the last, in the staging buffers.
@@ -70,19 +70,14 @@ template <int BN, class Op>
 using Cfg = staged_a::Config<BN, 2, true, Op>;  // v4's B k-block and store stage, 128-row tiles
 
 // The register split (setmaxnreg): a filler holds a chunk (16 registers) and two cursors
-// (ptxas -v: with v4's 40 the kernel spilled, with 56 it does not); the consumers' code is
-// v4's.
+// (ptxas -v: with v4's 40 the kernel spilled, with 56 not); the consumers' code is v4's.
 constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
 static_assert(tf32x3::register_split_fits(kProducerRegisters, kConsumerRegisters),
               "the split fits in the launch's registers (tf32x3.cuh)");
 
-// Shared memory from a 1024-byte boundary: the ring, the staging buffers (whole KBs, so the
-// next stays aligned), the resident B, the consumers' store stages.
-template <int BN, class Op>
-constexpr int smem_bytes(int slots, int num_kb) {
-    return slots * kSlotBytes + kFillers * kStageBytes + num_kb * Cfg<BN, Op>::kBBytes +
-           kConsumers * Cfg<BN, Op>::kStoreBytes + tc::kAlignSlack;
-}
+// The dynamic shared memory a launch may ask: all a CTA can opt into on sm_90 (v4 keeps 1 KB
+// for its static barriers; this kernel declares none: RingShared is in the dynamic area).
+constexpr int kMaxSmemBytes = 227 * 1024;
 
 struct RingWalk {
     int rows;  // batch x out_h output rows, one tile each
@@ -142,6 +137,33 @@ struct RingBarriers {
         fence_barrier_init();
     }
 };
+
+// The CTA's barriers and its output rows (g0, g1: the consumers read them from here at each
+// tile; held in registers across the products they were spilled, ptxas -v).
+struct RingShared { RingBarriers bars; int row_range[2]; };
+
+// Shared memory from a 1024-byte boundary: the ring, the staging buffers (whole KBs, so the
+// next stays aligned), the resident B, the consumers' store stages (v4's, less the column
+// parameters), the column parameters (one area a CTA: one column tile, so the same for every
+// tile; one a consumer left no room for the fourth stage), the barriers.
+template <int BN, class Op>
+struct SmemLayout {
+    static constexpr int kColumnParamBytes = 8 * BN;  // add[BN], add2[BN] (ConvStore)
+    static constexpr int kStoreStageBytes = Cfg<BN, Op>::kStoreBytes - kColumnParamBytes;
+    int staging, b_resident, store_stages, column_params, shared, end;  // (the ring at 0)
+    __host__ __device__ constexpr SmemLayout(int slots, int num_kb)
+        : staging(slots * kSlotBytes),
+          b_resident(staging + kFillers * kStageBytes),
+          store_stages(b_resident + num_kb * Cfg<BN, Op>::kBBytes),
+          column_params(store_stages + kConsumers * kStoreStageBytes),
+          shared(column_params + kColumnParamBytes),
+          end(shared + static_cast<int>(sizeof(RingShared))) {}
+};
+
+template <int BN, class Op>
+constexpr int smem_bytes(int slots, int num_kb) {
+    return SmemLayout<BN, Op>(slots, num_kb).end + tc::kAlignSlack;
+}
 
 // Filler f's place in its chunks of the load sequence: chunk q of load `at`, then every
 // kFillers-th chunk (so each filler has a chunk of every load where a load has kFillers chunks
@@ -243,7 +265,7 @@ __device__ void fill_ring(const RingParams& params, uint8_t* ring, uint8_t* stag
 }
 
 // The CTA's first loads asked of L2 at once, beside the fillers' first copies: without it the
-// first tile waits for kernel_h rows of chunks copied three at a time, each from DRAM; after
+// first tile waits for kernel_h rows of chunks copied kFillers at a time, from DRAM; after
 // them the fillers' own prefetches run ahead. (Issued before the weights' packing, it made
 // ptxas spill.)
 __device__ void prefetch_first_loads(const RingParams& params, int g0, int g1) {
@@ -267,29 +289,32 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const BSource b_source, const bool pack_inside) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<BN, Op>;
+    using Layout = SmemLayout<BN, Op>;
     extern __shared__ uint8_t smem_raw[];
-    __shared__ RingBarriers bars;
     const RingWalk& w = params.walk;
     tc::pack_b_if_told<BN, Op, true>(b_source, pack_inside, params.packed_b, params.b_layout);
     int g0, g1;
     w.cta_rows(g0, g1);
     if (g0 == g1) return;
-    // The consumers read them from here at each tile: held in registers across the products
-    // they were spilled (two values, ptxas -v).
-    __shared__ int row_range[2];
+    const Layout layout(w.slots, w.num_kb);
     uint8_t* ring = tc::align_1024(smem_raw);
-    uint8_t* staging = ring + w.slots * kSlotBytes;
-    uint8_t* b_resident = staging + kFillers * kStageBytes;
+    uint8_t* staging = ring + layout.staging;
+    uint8_t* b_resident = ring + layout.b_resident;
+    float* column_params = reinterpret_cast<float*>(ring + layout.column_params);
+    RingShared& shared = *reinterpret_cast<RingShared*>(ring + layout.shared);
+    RingBarriers& bars = shared.bars;
     // The ring zeroed once: the slots' rows outside pad_w .. pad_w + W - 1 (the padding) and
-    // their chunks past Cin are never written and must read as zeros (B's rows there are zero,
-    // but 0 x NaN is not).
+    // their chunks past Cin are never written and must read as zeros (0 x NaN is not 0).
     for (int o = static_cast<int>(threadIdx.x) * 16; o < w.slots * kSlotBytes; o += kThreads * 16)
         *reinterpret_cast<uint4*>(ring + o) = make_uint4(0, 0, 0, 0);
     fence_proxy_async_shared();
+    // The columns' parameters, the same for every tile (one column tile: channels 0 .. BN - 1).
+    for (int col = static_cast<int>(threadIdx.x); col < BN; col += kThreads)
+        epilogue.channel_params(col, column_params[col], column_params[BN + col]);
     if (threadIdx.x == 0) {
         bars.init(w);
-        row_range[0] = g0;
-        row_range[1] = g1;
+        shared.row_range[0] = g0;
+        shared.row_range[1] = g1;
     }
     __syncthreads();
 
@@ -297,18 +322,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     if (role == 0) {
         setmaxnreg_dec<kProducerRegisters>();
-        if (warp == 0) {
-            if (lane == 0) {  // the first loads into L2, then all of B once, on one barrier
-                prefetch_first_loads(params, g0, g1);
-                mbarrier_arrive_expect_tx(&bars.b_ready, w.num_kb * C::kBBytes);
-                for (int kb = 0; kb < w.num_kb; ++kb)
-                    bulk_copy_to_shared(b_resident + kb * C::kBBytes,
-                                        params.packed_b + kb * params.b_layout.stage_bytes(),
-                                        C::kBBytes, &bars.b_ready);
-            }
-            return;
+        if (warp == 0 && lane == 0) {  // the first loads into L2, then all of B once, one barrier
+            prefetch_first_loads(params, g0, g1);
+            mbarrier_arrive_expect_tx(&bars.b_ready, w.num_kb * C::kBBytes);
+            for (int kb = 0; kb < w.num_kb; ++kb)
+                bulk_copy_to_shared(b_resident + kb * C::kBBytes,
+                                    params.packed_b + kb * params.b_layout.stage_bytes(),
+                                    C::kBBytes, &bars.b_ready);
         }
-        fill_ring(params, ring, staging, bars, warp - 1, lane, g0, g1);
+        __syncwarp();
+        fill_ring(params, ring, staging, bars, warp, lane, g0, g1);
         return;
     }
 
@@ -323,10 +346,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto release_prev = [&] {
         if (lane == 0 && prev_slot >= 0) mbarrier_arrive(&bars.slot_empty[prev_slot]);
     };
-    const int me_in_group = warp * 32 + lane;
+    const int* row_range = shared.row_range;
     for (int g = row_range[0] + c; g < row_range[1]; g += kConsumers) {  // output row g
-        float add = 0.0f, add2 = 0.0f;  // (ConvStore::store_staged says why now)
-        if (me_in_group < BN) epilogue.channel_params(me_in_group, add, add2);
         const int first = w.first_load(row_range[0], g - row_range[0]);  // (tile g - g0)
         int kstep = 0;
         for (int r = 0; r < w.kernel_h; ++r) {
@@ -366,15 +387,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // not stored). (Worked out here, not before the products: registers.)
         tc::TileCoords at = me.at(g / w.out_h, g * w.out_w, 0);
         at.rows = w.out_w;
-        uint8_t* store_area = b_resident + w.num_kb * C::kBBytes + c * C::kStoreBytes;
-        float* column_params = reinterpret_cast<float*>(store_area + C::kStoreBytes - 8 * BN);
-        if (me_in_group < BN) {
-            column_params[me_in_group] = add;
-            column_params[BN + me_in_group] = add2;
-        }
-        named_barrier_sync(1 + c, kWarpgroupThreads);
+        uint8_t* store_stage = ring + layout.store_stages + c * Layout::kStoreStageBytes;
         epilogue.template store_staged<BN, 2, staged_a::kStoreChannels, C::kStoreStride>(
-            acc, at, reinterpret_cast<Op*>(store_area), column_params, 1 + c);
+            acc, at, reinterpret_cast<Op*>(store_stage), column_params, 1 + c);
     }
 #else
     __trap();  // built without sm_90a: conv_implicit.cu launches it on the wgmma engine alone

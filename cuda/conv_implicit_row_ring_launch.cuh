@@ -25,7 +25,7 @@ bool applies(const void* x, const Conv2dGeometry& g, int batch, const tc::Packed
            g.channels > (kFillers - 1) * kChunkChannels &&  // (ChunkCursor)
            g.kernel_h <= kMaxKernelH && (g.kernel_w - 1) * g.dil_w <= kHaloRows &&
            g.width % 8 == 0 && g.width + 2 * g.pad_w <= kSlotRows &&
-           smem_bytes<BN, Op>(g.kernel_h + 1, layout.num_kb) <= staged_a::kMaxSmemBytes &&
+           smem_bytes<BN, Op>(g.kernel_h + 1, layout.num_kb) <= kMaxSmemBytes &&
            static_cast<long long>(batch) * g.out_h >= static_cast<long long>(kMinRowsPerCta) *
                                                           sm_count() &&
            static_cast<long long>(batch) * g.out_h * g.out_w <= kMaxInt32Count;
@@ -41,7 +41,7 @@ cudaError_t launch(const Op* x, const Conv2dGeometry& g, int batch, const uint8_
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
     cudaError_t err = once_per_device(smem_set_on, [&] {
         return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    staged_a::kMaxSmemBytes);
+                                    kMaxSmemBytes);
     });
     if (err != cudaSuccess) return err;
     RingParams params;
