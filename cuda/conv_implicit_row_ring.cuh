@@ -143,13 +143,13 @@ struct RingBarriers {
 struct RingShared { RingBarriers bars; int row_range[2]; };
 
 // Shared memory from a 1024-byte boundary: the ring, the staging buffers (whole KBs, so the
-// next stays aligned), the resident B, the consumers' store stages (v4's, less the column
-// parameters), the column parameters (one area a CTA: one column tile, so the same for every
-// tile; one a consumer left no room for the fourth stage), the barriers.
+// next stays aligned), the resident B, the consumers' store stages (v4's, without its column
+// parameters), the column parameters (one area a CTA, not v4's one a consumer: applies() asks
+// one column tile, so they are the same for every tile), the barriers.
 template <int BN, class Op>
 struct SmemLayout {
-    static constexpr int kColumnParamBytes = 8 * BN;  // add[BN], add2[BN] (ConvStore)
-    static constexpr int kStoreStageBytes = Cfg<BN, Op>::kStoreBytes - kColumnParamBytes;
+    static constexpr int kColumnParamBytes = Cfg<BN, Op>::kColumnParamBytes;
+    static constexpr int kStoreStageBytes = Cfg<BN, Op>::kStoreStageBytes;
     int staging, b_resident, store_stages, column_params, shared, end;  // (the ring at 0)
     __host__ __device__ constexpr SmemLayout(int slots, int num_kb)
         : staging(slots * kSlotBytes),
@@ -264,7 +264,7 @@ __device__ void fill_ring(const RingParams& params, uint8_t* ring, uint8_t* stag
     }
 }
 
-// The CTA's first loads asked of L2 at once, beside the fillers' first copies: without it the
+// The CTA's first loads asked of L2 at once, beside fillers 1-3's first copies: without it the
 // first tile waits for kernel_h rows of chunks copied kFillers at a time, from DRAM; after
 // them the fillers' own prefetches run ahead. (Issued before the weights' packing, it made
 // ptxas spill.)
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int o = static_cast<int>(threadIdx.x) * 16; o < w.slots * kSlotBytes; o += kThreads * 16)
         *reinterpret_cast<uint4*>(ring + o) = make_uint4(0, 0, 0, 0);
     fence_proxy_async_shared();
-    // The columns' parameters, the same for every tile (one column tile: channels 0 .. BN - 1).
+    // The columns' parameters, the same for every tile (applies(): one column tile, 0 .. BN - 1).
     for (int col = static_cast<int>(threadIdx.x); col < BN; col += kThreads)
         epilogue.channel_params(col, column_params[col], column_params[BN + col]);
     if (threadIdx.x == 0) {

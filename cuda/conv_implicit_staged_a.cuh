@@ -76,8 +76,10 @@ struct Config {
     static constexpr int kBBytes = BN * kRowBytes;  // pack_b's first tile of a k-block
     static constexpr int kAStages = 2, kBStages = 4;  // a consumer's rings
     static constexpr int kStoreStride = kTileRows + 16 / static_cast<int>(sizeof(T));
-    static constexpr int kStoreBytes =  // the stage, then the tile's columns' 2 BN parameters
-        (kStoreChannels * kStoreStride * static_cast<int>(sizeof(T)) + 15) / 16 * 16 + 8 * BN;
+    static constexpr int kStoreStageBytes =
+        (kStoreChannels * kStoreStride * static_cast<int>(sizeof(T)) + 15) / 16 * 16;
+    static constexpr int kColumnParamBytes = 8 * BN;  // the tile's columns' add[BN], add2[BN]
+    static constexpr int kStoreBytes = kStoreStageBytes + kColumnParamBytes;  // stage, params
     static constexpr int kRingBytes =  // (a multiple of 1024: the boxes stay aligned)
         kAStages * kAStageBytes + (kResidentB ? 0 : kBStages * kBBytes);
     // All of it, from a 1024-byte boundary: the consumers' rings, B's num_kb k-blocks where
@@ -351,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         at.rows = walk.out_w - ow0 < Cfg::kTileRows ? walk.out_w - ow0 : Cfg::kTileRows;
         uint8_t* store_area =
             b_resident + (kResidentB ? walk.num_kb * Cfg::kBBytes : 0) + c * Cfg::kStoreBytes;
-        float* column_params = reinterpret_cast<float*>(store_area + Cfg::kStoreBytes - 8 * BN);
+        float* column_params = reinterpret_cast<float*>(store_area + Cfg::kStoreStageBytes);
         if (me_in_group < BN) {
             column_params[me_in_group] = add;
             column_params[BN + me_in_group] = add2;

@@ -120,8 +120,8 @@ struct ConvStore {
     // bytes an instruction where the row starts at an even element) instead of 16 or 32 bytes
     // of each of four channels. `barrier`: a named barrier of the warpgroup's 128 threads.
     // (params: the tile's columns' channel_params in shared memory, add[BN] then add2[BN],
-    // loaded while the tile's products ran: a global load here would wait behind the stores
-    // before it, chunk after chunk.)
+    // loaded while the tile's products ran (v4) or once a CTA (v5): a global load here would
+    // wait behind the stores before it, chunk after chunk.)
     // In 16 bits the values are finished in pairs (PairOf: a pair an instruction, bit for bit
     // what finish computes) and written by stmatrix, transposed on the way; in float one by
     // one. Its first form, a value at a time through rounded<T>, took 33 instructions a value
