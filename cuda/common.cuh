@@ -268,6 +268,15 @@ cudaError_t once_per_device(std::atomic<unsigned long long>& done, Set&& set) {
     return err;
 }
 
+// A kernel's dynamic shared-memory limit raised to `bytes` (the runtime's default is 48 KB),
+// once per device: `done` is the caller's static, one per kernel.
+template <class Kernel>
+cudaError_t allow_dynamic_smem(std::atomic<unsigned long long>& done, Kernel kernel, int bytes) {
+    return once_per_device(done, [&] {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    });
+}
+
 // Multiprocessors of the current device (a persistent grid's size).
 inline int sm_count() {
     static std::atomic<int> counts[kRememberedDevices];  // 0: not read yet

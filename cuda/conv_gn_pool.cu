@@ -48,11 +48,8 @@ cudaError_t launch_v3(const T* x, const T* weight, const tc::PackedB& layout,
     const int smem = v3_smem_bytes<T>(layout.num_kb);
     // The limit, once per device: the most any launch asks (common.cuh).
     static std::atomic<unsigned long long> smem_set_on;
-    const cudaError_t err = once_per_device(smem_set_on, [] {
-        return cudaFuncSetAttribute(conv_gn_pool_v3_kernel<T>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    v3_smem_bytes<T>(kV3MaxKBlocks));
-    });
+    const cudaError_t err =
+        allow_dynamic_smem(smem_set_on, conv_gn_pool_v3_kernel<T>, v3_smem_bytes<T>(kV3MaxKBlocks));
     if (err != cudaSuccess) return err;
     const long long tiles = static_cast<long long>(batch) * wide_bands.tiles_per_image;
     const long long groups_of_tiles = (tiles + v3_warpgroups<T>() - 1) / v3_warpgroups<T>();

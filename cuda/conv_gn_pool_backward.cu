@@ -134,10 +134,8 @@ template <class T, int kMaxK, bool kFull>
 cudaError_t launch_fused_as(const FusedArgs<T>& a, int blocks, cudaStream_t stream) {
     constexpr int kBytes = Smem<kMaxK>::kFloats * 4;
     static std::atomic<unsigned long long> smem_set_on;
-    const cudaError_t err = once_per_device(smem_set_on, [] {
-        return cudaFuncSetAttribute(fused_backward_kernel<T, kMaxK, kFull>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-    });
+    const cudaError_t err =
+        allow_dynamic_smem(smem_set_on, fused_backward_kernel<T, kMaxK, kFull>, kBytes);
     if (err != cudaSuccess) return err;
     fused_backward_kernel<T, kMaxK, kFull><<<blocks, fused_threads(kMaxK), kBytes, stream>>>(a);
     return cudaGetLastError();

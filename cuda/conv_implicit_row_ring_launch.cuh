@@ -39,10 +39,7 @@ cudaError_t launch(const Op* x, const Conv2dGeometry& g, int batch, const uint8_
                    const BSource& b_source) {
     auto kernel = row_ring_kernel<BN, Op, Epilogue, BSource>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
-    cudaError_t err = once_per_device(smem_set_on, [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kMaxSmemBytes);
-    });
+    cudaError_t err = allow_dynamic_smem(smem_set_on, kernel, kMaxSmemBytes);
     if (err != cudaSuccess) return err;
     RingParams params;
     const uint64_t dims[4] = {static_cast<uint64_t>(g.width), static_cast<uint64_t>(g.height),

@@ -40,10 +40,7 @@ cudaError_t launch_as(const ChannelsLastCopy& copy, const Conv2dGeometry& g, int
     using Cfg = Config<BN, MB, kResidentB, Op>;
     auto kernel = staged_a_kernel<BN, MB, kResidentB, Op, Epilogue, BSource>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
-    cudaError_t err = once_per_device(smem_set_on, [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kMaxSmemBytes);
-    });
+    cudaError_t err = allow_dynamic_smem(smem_set_on, kernel, kMaxSmemBytes);
     if (err != cudaSuccess) return err;
     Params params;
     Walk& w = params.walk;

@@ -66,10 +66,8 @@ inline int column_tiles(int out_channels, const Conv2dGeometry& g) {
 template <int kTaps, class T>
 cudaError_t launch_kernel(const Params& params, int ctas, cudaStream_t stream) {
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
-    const cudaError_t err = once_per_device(smem_set_on, [] {
-        return cudaFuncSetAttribute(staged_wgrad_kernel<kTaps, T>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    });
+    const cudaError_t err =
+        allow_dynamic_smem(smem_set_on, staged_wgrad_kernel<kTaps, T>, kSmemBytes);
     if (err != cudaSuccess) return err;
     staged_wgrad_kernel<kTaps, T><<<ctas, kThreads, kSmemBytes, stream>>>(params);
     return cudaGetLastError();

@@ -256,10 +256,7 @@ cudaError_t prepare_launch(std::atomic<unsigned long long>& done, Kernel kernel,
                            int m_rows, int bm, const PackedB& layout, int batch, bool b_shared,
                            TileGrid& grid, int& tiles) {
     tiles = 0;
-    const cudaError_t err = once_per_device(done, [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    smem_bytes);
-    });
+    const cudaError_t err = allow_dynamic_smem(done, kernel, smem_bytes);
     if (err != cudaSuccess) return err;
     grid = TileGrid{(m_rows + bm - 1) / bm, layout.n_tiles, batch, b_shared};
     const long long count = static_cast<long long>(grid.m_tiles) * grid.n_tiles * batch;
