@@ -198,7 +198,11 @@ def test_conv2d_min_add_mul_half(dtype, engine, x_shape, cout):
 @pytest.mark.parametrize("x_shape,cout,groups,mean", [((2, 3, 11, 10), 8, 4, 0.0),
                                                       ((2, 8, 21, 18), 64, 16, 0.0),
                                                       ((1, 8, 14, 23), 64, 16, 4.0),
-                                                      ((2, 8, 16, 20), 64, 16, 0.0)])
+                                                      ((2, 8, 16, 20), 64, 16, 0.0),
+                                                      # groups of 4: a tile's channels past
+                                                      # cout, and whole tiles of a mean of 4
+                                                      ((2, 8, 22, 38), 20, 5, 0.0),
+                                                      ((1, 8, 18, 34), 64, 16, 4.0)])
 def test_conv2d_group_norm_pool_clamp_half(dtype, engine, version, x_shape, cout, groups, mean):
     (x, w, cb, gw, gb, s), (x64, w64, cb64, gw64, gb64, s64) = half_inputs(
         dtype, x_shape, (cout, x_shape[1], 3, 3), (cout,), (cout,), (cout,), (cout, 1, 1))
