@@ -15,6 +15,10 @@
 # RUN_ARGS / BENCH_ARGS pass options on (BENCH_ARGS defaults to --quick; set it to "" for
 # the full sweep); PYTEST_ARGS picks tests (default: tests, all of them), e.g.
 # PYTEST_ARGS="tests/test_compile.py tests/test_autograd.py" to stay inside a time limit.
+# After a fresh build the whole suite does not fit one 10-minute device call even on four
+# GPUs: its tail is the nvcc compiles of tests/test_build.py and tests/test_sass.py, which
+# need no GPU and run in CI; PYTEST_ARGS="tests --ignore=tests/test_build.py
+# --ignore=tests/test_sass.py" leaves them there.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}

@@ -5,6 +5,9 @@ Make the view on the GPU machine from a report taken with --import-source yes:
     ncu --import fused.ncu-rep --page source --csv --print-source cuda,sass > view.csv
 then, anywhere:
     python3 scripts/ncu_phases.py view.csv compute_y=conv_gn_pool_backward.cuh:22-73 ...
+or, to find the ranges worth naming, each source file's share and the N lines that execute
+the most instructions (helpers inlined from other files count where they are written):
+    python3 scripts/ncu_phases.py view.csv --lines N
 Each SASS instruction counts toward the phase of its source line; one from a line outside
 every range (a helper in another file, inlined) counts toward the phase of the instruction
 before it in address order. The share of stall samples is the share of the kernel's time
@@ -69,7 +72,34 @@ def main(path: str, specs: list[str]) -> None:
     print("totals: " + ", ".join(f"{k} {totals[k]:.0f}" for k in COLUMNS))
 
 
+def lines(path: str, count: int) -> None:
+    by_line = collections.defaultdict(collections.Counter)
+    for _, file, line, values in instructions(path):
+        by_line[(file, line)].update(values)
+    totals, by_file = collections.Counter(), collections.defaultdict(collections.Counter)
+    for (file, _), counts in by_line.items():
+        totals.update(counts)
+        by_file[file].update(counts)
+
+    def share(counts, key):
+        return 100 * counts[key] / max(totals[key], 1)
+
+    print(f"{'file':34s}{'instructions':>14s}{'samples':>10s}")
+    for file, counts in sorted(by_file.items(), key=lambda kv: -kv[1]["instructions"]):
+        print(f"{file:34s}{share(counts, 'instructions'):13.1f}%{share(counts, 'samples'):9.1f}%")
+    print(f"\n{'line':40s}{'instructions':>14s}{'samples':>10s}{'wavefronts (ideal)':>24s}")
+    top = sorted(by_line.items(), key=lambda kv: -kv[1]["instructions"])[:count]
+    for (file, line), counts in top:
+        print(f"{file + ':' + str(line):40s}{share(counts, 'instructions'):13.1f}%"
+              f"{share(counts, 'samples'):9.1f}%"
+              f"{counts['wavefronts']:14.0f} ({counts['ideal']:.0f})")
+    print("totals: " + ", ".join(f"{k} {totals[k]:.0f}" for k in COLUMNS))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
+    if len(sys.argv) == 4 and sys.argv[2] == "--lines":
+        lines(sys.argv[1], int(sys.argv[3]))
+    elif len(sys.argv) >= 3 and not sys.argv[2].startswith("--"):
+        main(sys.argv[1], sys.argv[2:])
+    else:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2:])
