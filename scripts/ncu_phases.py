@@ -49,6 +49,10 @@ def instructions(path: str):
                                                 for k, c in COLUMNS.items()}
 
 
+def print_totals(totals: collections.Counter) -> None:
+    print("totals: " + ", ".join(f"{k} {totals[k]:.0f}" for k in COLUMNS))
+
+
 def main(path: str, specs: list[str]) -> None:
     phases = []  # (name, file, first line, last line)
     for spec in specs:
@@ -69,7 +73,7 @@ def main(path: str, specs: list[str]) -> None:
     for name, counts in sorted(sums.items(), key=lambda kv: -kv[1]["samples"]):
         print(f"{name:14s}" + "".join(f"{100 * counts[k] / max(totals[k], 1):13.1f}%"
                                       for k in COLUMNS))
-    print("totals: " + ", ".join(f"{k} {totals[k]:.0f}" for k in COLUMNS))
+    print_totals(totals)
 
 
 def lines(path: str, count: int) -> None:
@@ -93,7 +97,7 @@ def lines(path: str, count: int) -> None:
         print(f"{file + ':' + str(line):40s}{share(counts, 'instructions'):13.1f}%"
               f"{share(counts, 'samples'):9.1f}%"
               f"{counts['wavefronts']:14.0f} ({counts['ideal']:.0f})")
-    print("totals: " + ", ".join(f"{k} {totals[k]:.0f}" for k in COLUMNS))
+    print_totals(totals)
 
 
 if __name__ == "__main__":
