@@ -77,7 +77,7 @@ static_assert(tf32x3::register_split_fits(kProducerRegisters, kConsumerRegisters
 
 // The dynamic shared memory a launch may ask: all a CTA can opt into on sm_90 (v4 keeps 1 KB
 // for its static barriers; this kernel declares none: RingShared is in the dynamic area).
-constexpr int kMaxSmemBytes = 227 * 1024;
+constexpr int kMaxSmemBytes = kSm90SmemOptinBytes;
 
 struct RingWalk {
     int rows;  // batch x out_h output rows, one tile each

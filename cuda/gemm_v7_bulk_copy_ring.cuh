@@ -31,7 +31,7 @@ template <int BN, int MB, int STAGES, bool kTf32>
 struct Config : tc::BStage<BN, kTf32> {
     static constexpr int kBM = gemm_v6::kWarpgroups * 64 * MB;
     static constexpr int kSmemBytes = tc::BStage<BN, kTf32>::ring_bytes(STAGES);
-    static_assert(kSmemBytes <= 227 * 1024, "stages must fit in shared memory");
+    static_assert(kSmemBytes <= kSm90SmemOptinBytes, "stages must fit in shared memory");
 };
 
 template <int BN, int MB, int STAGES, bool kTf32, class ALoader, class Epilogue>

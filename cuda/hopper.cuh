@@ -15,6 +15,11 @@
 
 namespace scratchops {
 
+// The shared memory a CTA can opt into on sm_90 (cudaDevAttrMaxSharedMemoryPerBlockOptin on an
+// H100 or H200): static and dynamic together, so a kernel with static shared memory may ask
+// that much less.
+constexpr int kSm90SmemOptinBytes = 227 * 1024;
+
 // ------------------------------------------------------------------------ TF32 split (3xTF32)
 // x = big + small, both TF32 (fp32 with the low 13 mantissa bits zero), in two flavours:
 //   split_tf32           big = x rounded to the nearest TF32 (cvt.rna; a finite x that would

@@ -81,7 +81,7 @@ template <int BN, int MB, int STAGES, bool kTf32 = false>
 struct Config : BStage<BN, kTf32> {
     static constexpr int kBM = kConsumerWarpgroups * 64 * MB;  // rows of a tile
     static constexpr int kSmemBytes = BStage<BN, kTf32>::ring_bytes(STAGES);
-    static_assert(kSmemBytes <= 227 * 1024, "stages must fit in shared memory");
+    static_assert(kSmemBytes <= kSm90SmemOptinBytes, "stages must fit in shared memory");
 };
 
 // The tiles this CTA takes: blockIdx.x, + gridDim.x, ... (persistent).

@@ -27,9 +27,9 @@ namespace resident_b {
 using namespace tc;
 
 constexpr int kTileRows = 64;  // a warpgroup's tile: one 64-row block of A and of the result
-// The dynamic shared memory a launch may ask: the 227 KB a CTA can opt into, less 1 KB for
-// the kernel's static shared memory (the mbarrier), which counts against the same limit.
-constexpr int kMaxSmemBytes = 227 * 1024 - 1024;
+// The dynamic shared memory a launch may ask: all a CTA can opt into, less 1 KB for the
+// kernel's static shared memory (the mbarrier), which counts against the same limit.
+constexpr int kMaxSmemBytes = kSm90SmemOptinBytes - 1024;
 
 // Dynamic shared memory for num_kb k-blocks of B's BN rows: the tiles, from a 1024-byte
 // boundary (align_1024).
