@@ -36,6 +36,26 @@ def test_no_instruction_writes_into_a_running_wgmma(name):
     assert sass_hazards.wgmma_register_hazards(cuda_dir() / name) == {}
 
 
+@pytest.mark.parametrize("name", ["conv_implicit.cu", "conv_gn_pool.cu", "gemm.cu",
+                                  "conv_backward.cu", "conv_gn_pool_backward.cu"])
+def test_every_memory_descriptor_is_a_register_pair(name):
+    """The copies and loads with an L2 cache policy (the last two files' 4-byte cp.async
+    among them) name their descriptors as pairs of uniform registers."""
+    assert sass_hazards.odd_descriptor_instructions(cuda_dir() / name) == {}
+
+
+def test_the_descriptor_reader_finds_the_copy_that_stopped_the_gpu():
+    """The LDGSTS ptxas produced once for a 4-byte cp.async with an L2 cache hint (an
+    illegal instruction on the GPU), beside the form the working kernels have."""
+    (instructions,) = sass_hazards._kernels("\n".join([
+        "        Function : k",
+        "        /*fb00*/                   LDGSTS.E [R13+UR0], desc[UR1][R2.64], P5 ;",
+        "        /*fb10*/                   LDGSTS.E [R5+0x27fc0], desc[UR4][R2.64], !P1 ;",
+        "        /*fb20*/                   EXIT ;"])).values()
+    (found,) = sass_hazards.odd_descriptors(instructions)
+    assert found.startswith("fb00 LDGSTS.E") and "desc[UR1]" in found
+
+
 def test_the_hazard_reader_finds_a_write_at_a_loops_head():
     """The pattern ptxas produced once: the loop's last wgmma still running when a copy at
     the loop's head writes its A registers; a full wait before the back edge removes it."""

@@ -1,4 +1,6 @@
-"""Writes into the registers of a wgmma that may still be running, found in a kernel's SASS.
+"""Instructions in a kernel's SASS that the hardware would run wrongly or refuse: writes into
+the registers of a wgmma that may still be running, and memory descriptors that are no
+register pair.
 
 A wgmma (HGMMA in SASS) reads its A registers and reads and writes its accumulators while it
 runs, until a `WARPGROUP.DEPBAR.LE gsb0, N` leaves at most N groups of wgmmas running (a group
@@ -10,6 +12,7 @@ hardware runs it: straight-line code in order, and each loop (a backward branch)
 that the wgmmas still running when the loop comes round meet the loop's head.
 """
 
+import functools
 import re
 import tempfile
 from pathlib import Path
@@ -103,11 +106,40 @@ def hazards(instructions: list[tuple[int, str, str]]) -> list[str]:
             f"the wgmma at {instructions[j][0]:04x}" for i, j in sorted(found)]
 
 
-def wgmma_register_hazards(source: Path, arch: str = "90a") -> dict[str, list[str]]:
-    """Per kernel of the file (mangled name) that has any: its hazards (see hazards)."""
+# A global memory access's descriptor (desc[URn]: its cache policy among others) is a 64-bit
+# pair of uniform registers, so n is even. ptxas has emitted a 4-byte cp.async that carries an
+# L2 cache hint as an LDGSTS whose descriptor is UR1 and whose shared address adds UR0, neither
+# written anywhere in the kernel; the GPU stops at it with "an illegal instruction"
+# (docs/notes.md, "The weight gradient's dy split by the consumers").
+_DESCRIPTOR = re.compile(r"desc\[UR(\d+)\]")
+
+
+def odd_descriptors(instructions: list[tuple[int, str, str]]) -> list[str]:
+    """Each instruction whose memory descriptor starts at an odd uniform register."""
+    return [f"{address:04x} {opcode} {operands}" for address, opcode, operands in instructions
+            if any(int(n) % 2 for n in _DESCRIPTOR.findall(operands))]
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels_of(source: Path, arch: str) -> dict[str, list[tuple[int, str, str]]]:
+    """The file's kernels as _kernels reads them (compiled once a session: each check reads
+    the same SASS)."""
     from .sass import compile_cubin, disassemble
 
     with tempfile.TemporaryDirectory() as folder:
-        sass = disassemble(compile_cubin(source, arch, Path(folder)))
-    found = {name: hazards(instructions) for name, instructions in _kernels(sass).items()}
+        return _kernels(disassemble(compile_cubin(source, arch, Path(folder))))
+
+
+def _per_kernel(check, source: Path, arch: str) -> dict[str, list[str]]:
+    found = {name: check(instructions) for name, instructions in _kernels_of(source, arch).items()}
     return {name: lines for name, lines in found.items() if lines}
+
+
+def wgmma_register_hazards(source: Path, arch: str = "90a") -> dict[str, list[str]]:
+    """Per kernel of the file (mangled name) that has any: its hazards (see hazards)."""
+    return _per_kernel(hazards, source, arch)
+
+
+def odd_descriptor_instructions(source: Path, arch: str = "90a") -> dict[str, list[str]]:
+    """Per kernel of the file (mangled name) that has any: see odd_descriptors."""
+    return _per_kernel(odd_descriptors, source, arch)

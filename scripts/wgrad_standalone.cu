@@ -1,0 +1,198 @@
+// wgrad_standalone.cu — the convolution's weight gradient on the tensor cores
+// (conv2d_weight_grad_launch, the tensor-core version, on the wgmma engine) without torch or
+// the extension: built on a machine with nvcc and no GPU, then run on the GPU in seconds, so
+// that a kernel change can be checked, timed and put under compute-sanitizer and ncu without
+// the extension's build on the GPU machine (a few minutes a tree). docs/notes.md ("The
+// weight gradient's dy split by the consumers") used it.
+//   check  five small shapes (odd sizes, a single channel, partial tiles) in 3xTF32 and TF32:
+//          the largest error against a float64 kernel over the largest |dW|, and a hash of
+//          dW's bits (to compare two builds bit for bit); then one shape with Inf, NaN and a
+//          value that rounds up to Inf in dy, by hash alone
+//   time N C H W K   the median of 20 calls (CUDA events, no L2 flush: the call reads 1 GB
+//          at P31's size) of a 3x3 convolution's weight gradient, 3xTF32 and TF32
+// Build (the repository root as working directory; with -I pointing at another tree's cuda/
+// to build that tree's kernels instead):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda -o /tmp/wgrad \
+//        scripts/wgrad_standalone.cu cuda/transpose.cu cuda/gemm.cu cuda/conv_implicit.cu \
+//        cuda/tf32_round.cu cuda/conv_im2col.cu
+//   /tmp/wgrad check && /tmp/wgrad time 128 64 128 128 128
+// (conv_backward.cu's other launchers need those files; the weight gradient itself uses only
+// transpose.cu's batch sum.)
+#include "conv_backward.cu"
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+using namespace scratchops;
+
+// Every CUDA call checked: a failure names the call and stops the run.
+#define CHECK(call)                                                                    \
+    do {                                                                               \
+        const cudaError_t status = (call);                                             \
+        if (status != cudaSuccess) {                                                   \
+            printf("FAIL %s: %s (line %d)\n", #call, cudaGetErrorString(status), __LINE__); \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+// dW[k][c][r][s] = sum over n, oh, ow of dy[n][k][oh][ow] * x[n][c][oh + r][ow + s] (stride 1,
+// no padding) in float64, one thread an element: the reference for the small shapes.
+__global__ void reference_kernel(const float* dy, const float* x, double* dw, int n_images,
+                                 int channels, int height, int width, int out_channels) {
+    const int out_h = height - 2, out_w = width - 2;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= out_channels * channels * 9) return;
+    const int s = i % 3, r = (i / 3) % 3, c = (i / 9) % channels, k = i / (9 * channels);
+    double sum = 0;
+    for (int n = 0; n < n_images; ++n)
+        for (int oh = 0; oh < out_h; ++oh)
+            for (int ow = 0; ow < out_w; ++ow)
+                sum += static_cast<double>(dy[((n * out_channels + k) * out_h + oh) * out_w + ow]) *
+                       x[((n * channels + c) * height + oh + r) * width + ow + s];
+    dw[i] = sum;
+}
+
+struct Shape {
+    int n_images, channels, height, width, out_channels;
+};
+struct Result {
+    unsigned long long hash;  // FNV-1a over dW's bits
+    double error;             // largest |dW - reference| / largest |reference| (check mode)
+    float median_ms;          // (timed calls only)
+    int nans, infs;
+};
+
+// One shape, 3x3 and stride 1: x and dy uniform in [-1, 1] (with_nonfinite: Inf, NaN and
+// +-0x7f7ff123, which rounds up to Inf as a TF32, put into dy), dW poisoned with NaN, one call
+// checked, then `reps` calls timed; the error against the reference where `compare`.
+static Result weight_grad(const Shape& shape, bool tf32, int reps, bool compare,
+                          bool with_nonfinite) {
+    const int out_h = shape.height - 2, out_w = shape.width - 2;
+    const Conv2dGeometry g{shape.channels, shape.height, shape.width, 3, 3, 1, 1, 0, 0, 1, 1,
+                           out_h, out_w};
+    const size_t x_count = size_t(shape.n_images) * shape.channels * shape.height * shape.width;
+    const size_t dy_count = size_t(shape.n_images) * shape.out_channels * out_h * out_w;
+    const size_t dw_count = size_t(shape.out_channels) * shape.channels * 9;
+    std::vector<float> x(x_count), dy(dy_count), dw(dw_count);
+    std::mt19937 generator(7);
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    for (float& v : x) v = uniform(generator);
+    for (float& v : dy) v = uniform(generator);
+    if (with_nonfinite) {
+        const uint32_t rounds_to_inf_bits = 0x7f7ff123u;
+        float rounds_to_inf;
+        memcpy(&rounds_to_inf, &rounds_to_inf_bits, 4);
+        dy[5] = INFINITY, dy[dy_count / 2] = rounds_to_inf, dy[dy_count / 3] = -rounds_to_inf;
+        dy[dy_count - 3] = NAN;
+    }
+    float *x_gpu, *dy_gpu, *dw_gpu, *workspace;
+    CHECK(cudaMalloc(&x_gpu, x_count * 4));
+    CHECK(cudaMalloc(&dy_gpu, dy_count * 4));
+    CHECK(cudaMalloc(&dw_gpu, dw_count * 4));
+    CHECK(cudaMemcpy(x_gpu, x.data(), x_count * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dy_gpu, dy.data(), dy_count * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(dw_gpu, 0xff, dw_count * 4));  // NaN
+    const long long budget = 1LL << 30;  // (versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES)
+    const long long elements = conv2d_grad_workspace_elements<float>(
+        true, shape.n_images, shape.out_channels, g, kGemmTensorCoreVersion,
+        TensorCorePath::kWgmma, tf32, budget);
+    CHECK(cudaMalloc(&workspace, elements * 4));
+    CHECK(cudaMemset(workspace, 0xff, elements * 4));
+    auto call = [&] {
+        return conv2d_weight_grad_launch<float>(dy_gpu, x_gpu, dw_gpu, shape.n_images,
+                                                shape.out_channels, g, kGemmTensorCoreVersion,
+                                                TensorCorePath::kWgmma, tf32, workspace,
+                                                elements, nullptr);
+    };
+    CHECK(call());
+    CHECK(cudaDeviceSynchronize());
+    Result result{};
+    if (reps > 0) {
+        cudaEvent_t start, stop;
+        CHECK(cudaEventCreate(&start));
+        CHECK(cudaEventCreate(&stop));
+        std::vector<float> times;
+        for (int i = 0; i < reps; ++i) {
+            CHECK(cudaEventRecord(start));
+            CHECK(call());
+            CHECK(cudaEventRecord(stop));
+            CHECK(cudaEventSynchronize(stop));
+            float ms;
+            CHECK(cudaEventElapsedTime(&ms, start, stop));
+            times.push_back(ms);
+        }
+        std::sort(times.begin(), times.end());
+        result.median_ms = times[times.size() / 2];
+    }
+    CHECK(cudaMemcpy(dw.data(), dw_gpu, dw_count * 4, cudaMemcpyDeviceToHost));
+    result.hash = 1469598103934665603ULL;
+    for (float v : dw) {
+        uint32_t bits;
+        memcpy(&bits, &v, 4);
+        result.hash = (result.hash ^ bits) * 1099511628211ULL;
+        result.nans += v != v;
+        result.infs += std::isinf(v);
+    }
+    if (compare) {
+        double* reference_gpu;
+        CHECK(cudaMalloc(&reference_gpu, dw_count * 8));
+        reference_kernel<<<(dw_count + 127) / 128, 128>>>(dy_gpu, x_gpu, reference_gpu,
+                                                          shape.n_images, shape.channels,
+                                                          shape.height, shape.width,
+                                                          shape.out_channels);
+        CHECK(cudaGetLastError());
+        std::vector<double> reference(dw_count);
+        CHECK(cudaMemcpy(reference.data(), reference_gpu, dw_count * 8,
+                         cudaMemcpyDeviceToHost));
+        double largest = 0, worst = 0;
+        for (size_t i = 0; i < dw_count; ++i) {
+            const double difference = fabs(reference[i] - dw[i]);
+            largest = fmax(largest, fabs(reference[i]));
+            worst = difference != difference ? INFINITY : fmax(worst, difference);  // NaN fails
+        }
+        result.error = worst / largest;
+        CHECK(cudaFree(reference_gpu));
+    }
+    CHECK(cudaFree(x_gpu));
+    CHECK(cudaFree(dy_gpu));
+    CHECK(cudaFree(dw_gpu));
+    CHECK(cudaFree(workspace));
+    return result;
+}
+
+int main(int argc, char** argv) {
+    const char* mode = argc > 1 ? argv[1] : "check";
+    if (!strcmp(mode, "check")) {
+        const Shape shapes[] = {{1, 1, 5, 7, 1}, {2, 3, 17, 19, 5}, {3, 64, 20, 23, 128},
+                                {2, 8, 34, 33, 64}, {5, 16, 11, 40, 70}};
+        for (const Shape& s : shapes)
+            for (int tf32 = 0; tf32 < 2; ++tf32) {
+                const Result r = weight_grad(s, tf32, 0, true, false);
+                // (the bounds: 3xTF32 near fp32's error, TF32 near a TF32 rounding's)
+                const bool ok = r.error < (tf32 ? 4e-3 : 1e-5);
+                printf("check N%d C%d H%d W%d K%d tf32=%d rel_err %.3e hash %016llx %s\n",
+                       s.n_images, s.channels, s.height, s.width, s.out_channels, tf32, r.error,
+                       r.hash, ok ? "ok" : "BAD");
+            }
+        for (int tf32 = 0; tf32 < 2; ++tf32) {
+            const Result r = weight_grad({3, 64, 20, 23, 128}, tf32, 0, false, true);
+            printf("nonfinite N3 C64 H20 W23 K128 tf32=%d hash %016llx nan %d inf %d\n", tf32,
+                   r.hash, r.nans, r.infs);
+        }
+        return 0;
+    }
+    if (!strcmp(mode, "time") && argc == 7) {
+        const Shape s{atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6])};
+        for (int tf32 = 0; tf32 < 2; ++tf32) {
+            const Result r = weight_grad(s, tf32, 20, false, false);
+            printf("time N%d C%d H%d W%d K%d tf32=%d median %.3f ms hash %016llx\n", s.n_images,
+                   s.channels, s.height, s.width, s.out_channels, tf32, r.median_ms, r.hash);
+        }
+        return 0;
+    }
+    fprintf(stderr, "usage: %s check | time N C H W K\n", argv[0]);
+    return 2;
+}
