@@ -39,8 +39,8 @@ def test_no_instruction_writes_into_a_running_wgmma(name):
 @pytest.mark.parametrize("name", ["conv_implicit.cu", "conv_gn_pool.cu", "gemm.cu",
                                   "conv_backward.cu", "conv_gn_pool_backward.cu"])
 def test_every_memory_descriptor_is_a_register_pair(name):
-    """The copies and loads with an L2 cache policy (the last two files' 4-byte cp.async
-    among them) name their descriptors as pairs of uniform registers."""
+    """The copies and loads with an L2 cache policy (the P85 files' 4-byte cp.async among
+    them) name their descriptors as pairs of uniform registers."""
     assert sass_hazards.odd_descriptor_instructions(cuda_dir() / name) == {}
 
 
