@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
         for (const Shape& s : shapes)
             for (int tf32 = 0; tf32 < 2; ++tf32) {
                 const Result r = weight_grad(s, tf32, 0, true, false);
-                // (the bounds: 3xTF32 near fp32's error, TF32 near a TF32 rounding's)
+                // (tests/test_tensor_cores.py's bounds on the gradients against float64)
                 const bool ok = r.error < (tf32 ? 4e-3 : 1e-5);
                 printf("check N%d C%d H%d W%d K%d tf32=%d rel_err %.3e hash %016llx %s\n",
                        s.n_images, s.channels, s.height, s.width, s.out_channels, tf32, r.error,
