@@ -52,8 +52,10 @@ __device__ __forceinline__ uint32_t element_bits(T v) {
 // written to image `dst` (P x C) as 16-byte vectors of a pixel's kVec consecutive channels,
 // read down a column of the tile. Every thread of the `threads` calls it after a barrier that
 // follows the tile's fill. In the TF32 mode (kTf32Nearest) each value is rounded to the
-// nearest TF32 on the way.
-template <class T, bool kTf32Nearest>
+// nearest TF32 on the way; with kSmallPart (float, kTf32Nearest too) each value's small part
+// is written instead, what is left of it after that rounding (split_tf32's small: 0 for Inf
+// and NaN), so that two stores of one tile write a 3xTF32 operand's two parts.
+template <class T, bool kTf32Nearest, bool kSmallPart = false>
 __device__ __forceinline__ void channels_last_tile_store(const T (*tile)[kVecTile + 1],
                                                          T* __restrict__ dst, int channels,
                                                          int pixels, int c0, int p0, int thread,
@@ -70,7 +72,12 @@ __device__ __forceinline__ void channels_last_tile_store(const T (*tile)[kVecTil
 #pragma unroll
         for (int i = 0; i < kVec; ++i) {
             T value = tile[col + i][r];
-            if constexpr (kTf32Nearest) value = __uint_as_float(tf32_nearest(value));
+            static_assert(!kSmallPart || (kTf32Nearest && sizeof(T) == 4), "float's parts");
+            if constexpr (kSmallPart) {
+                value = __uint_as_float(split_tf32(value).small);
+            } else if constexpr (kTf32Nearest) {
+                value = __uint_as_float(tf32_nearest(value));
+            }
             words[i / (kVec / 4)] |= element_bits(value) << (16 * (i % (kVec / 4)));
         }
         const uint4 chunk = make_uint4(words[0], words[1], words[2], words[3]);
@@ -84,19 +91,16 @@ __device__ __forceinline__ void channels_last_tile_store(const T (*tile)[kVecTil
     }
 }
 
-// Every thread of the `threads` calls it (a barrier between the tile's reads and its writes);
-// a caller that reuses `tile` for another tile puts a barrier between the two calls.
-template <class T, bool kTf32Nearest>
-__device__ __forceinline__ void channels_last_tile(const T* __restrict__ x, T* __restrict__ y,
-                                                   int channels, int pixels, int tiles_p,
-                                                   int tile_index, int image,
-                                                   T (*tile)[kVecTile + 1], int thread,
-                                                   int threads) {
+// The tile's load half: tile[r][col] = channel c0 + r, pixel p0 + col of image `image` of x
+// (C x P), read as 16-byte vectors where aligned; the caller puts a barrier after it.
+template <class T>
+__device__ __forceinline__ void channels_last_tile_load(const T* __restrict__ x, int channels,
+                                                        int pixels, int c0, int p0, int image,
+                                                        T (*tile)[kVecTile + 1], int thread,
+                                                        int threads) {
     constexpr int kVec = 16 / static_cast<int>(sizeof(T));
     constexpr int kVecsRow = kVecTile / kVec;  // vectors in a tile row
-    const int c0 = tile_index / tiles_p * kVecTile, p0 = tile_index % tiles_p * kVecTile;
-    const long long offset = static_cast<long long>(channels) * pixels * image;
-    const T* src = x + offset;
+    const T* src = x + static_cast<long long>(channels) * pixels * image;
     // (16-byte loads need x itself 16-byte aligned too: a contiguous view may start anywhere)
     const bool aligned = pixels % kVec == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
     for (int v = thread; v < kVecTile * kVecsRow; v += threads) {
@@ -113,9 +117,23 @@ __device__ __forceinline__ void channels_last_tile(const T* __restrict__ x, T* _
                 tile[r][col + i] = src[static_cast<long long>(c) * pixels + p + i];
         }
     }
+}
+
+// Both halves: tile `tile_index` = (channel block, pixel block) of image `image`. Every thread
+// of the `threads` calls it (a barrier between the tile's reads and its writes); a caller that
+// reuses `tile` for another tile puts a barrier between the two calls.
+template <class T, bool kTf32Nearest>
+__device__ __forceinline__ void channels_last_tile(const T* __restrict__ x, T* __restrict__ y,
+                                                   int channels, int pixels, int tiles_p,
+                                                   int tile_index, int image,
+                                                   T (*tile)[kVecTile + 1], int thread,
+                                                   int threads) {
+    const int c0 = tile_index / tiles_p * kVecTile, p0 = tile_index % tiles_p * kVecTile;
+    channels_last_tile_load(x, channels, pixels, c0, p0, image, tile, thread, threads);
     __syncthreads();
-    channels_last_tile_store<T, kTf32Nearest>(tile, y + offset, channels, pixels, c0, p0,
-                                              thread, threads);
+    channels_last_tile_store<T, kTf32Nearest>(tile, y + static_cast<long long>(channels) *
+                                                            pixels * image,
+                                              channels, pixels, c0, p0, thread, threads);
 }
 
 }  // namespace scratchops

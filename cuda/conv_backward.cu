@@ -66,6 +66,12 @@
 //                      MN-major (a pixel's channels one row); no thread gathers x and no pass
 //                      packs dy (conv_weight_grad_staged.cuh). v2's gather and packing took
 //                      2.2 ms of P31's bf16 step, v3 takes 0.43 plus the copies' 0.46.
+//   input gradient     (3xTF32 on the wgmma engine, float) v2 with the GEMM's roles swapped:
+//   v4 roles swapped   M = dx's channels (the flipped weights, split in registers), N = 128
+//                      pixels of a dx row (dy made channels-last and split once into its two
+//                      TF32 parts, staged by the copy engine): v2's M = pixels, N = dx's 64
+//                      channels fed each split dy value to half the products the forward's
+//                      feed, once a tap (conv_input_grad_swapped.cuh; P31: 5.07 -> 3.86 ms).
 //   both at once       where the input gradient v3 and the weight gradient v3 each take the
 //   (dy copied once)   whole batch, dy's channels-last copy is made once for both
 //                      (conv2d_grads_shared_launch; 0.32 ms of P31's bf16 step), with the
@@ -236,6 +242,11 @@ long long conv2d_grad_workspace_elements(bool weight, int batch, int out_channel
                                          long long workspace_bytes) {
     const long long budget = workspace_bytes / static_cast<long long>(sizeof(T));
     if (on_tensor_cores(gemm_version) && !weight && input_grad_is_a_convolution(g)) {
+        if (std::is_same_v<T, float> && swapped::applies(out_channels, g, engine, tf32)) {
+            const int images = swapped::chunk_images(batch, out_channels, g, workspace_bytes);
+            const swapped::Workspace ws = swapped::workspace_floats(out_channels, g);
+            if (images > 0) return ws.packed + images * ws.per_image;
+        }
         const FlippedWeights f = flipped_weights<T>(out_channels, g);
         const int staged =
             staged_dy_images<T>(batch, out_channels, g, engine, tf32, workspace_bytes);

@@ -1,6 +1,8 @@
 // conv_backward_tensor_cores.cuh — the convolution gradients on the tensor cores (the versions
 // and their reasons are listed at the top of conv_backward.cu): the input gradient v2, a
-// convolution of dy on the implicit GEMM, the weight gradient v2, an implicit GEMM in ordered
+// convolution of dy on the implicit GEMM, and its v4, the roles swapped (3xTF32:
+// conv_input_grad_swapped.cuh, its launch in conv_input_grad_swapped_launch.cuh), the weight
+// gradient v2, an implicit GEMM in ordered
 // slices (conv_weight_grad_implicit.cuh), and its v3, both operands staged by the copy engine
 // (conv_weight_grad_staged.cuh, its launch in conv_weight_grad_staged_launch.cuh), and the two
 // at once with dy's copy shared (conv2d_grads_shared_launch, at the end). Included by
@@ -10,6 +12,7 @@
 
 #include <type_traits>
 
+#include "conv_input_grad_swapped_launch.cuh"
 #include "conv_weight_grad_implicit.cuh"
 #include "conv_weight_grad_staged_launch.cuh"
 
@@ -45,13 +48,20 @@ int staged_dy_images(int batch, int out_channels, const Conv2dGeometry& g, Tenso
 // tf32: the forward's TF32 mode (conv2d_implicit_launch's tf32). dy nullptr: v4 stages the
 // whole batch in one chunk and dy's channels-last copy is in the workspace already.
 // keep_dy_copy: the caller reads dy's copy from the workspace afterwards, so v4 makes it
-// (conv2d_implicit_launch's keep_channels_last; v5 would make none).
+// (conv2d_implicit_launch's keep_channels_last; v5 would make none). In float's 3xTF32 on the
+// wgmma engine the input gradient v4 runs instead (the roles swapped: swapped::launch), where
+// swapped::applies and one image's parts fit the workspace.
 template <class T>
 cudaError_t input_grad_as_convolution(const T* dy, const T* weight, T* dx, int batch,
                                       int out_channels, const Conv2dGeometry& g,
                                       TensorCorePath engine, bool tf32, T* workspace,
                                       long long workspace_bytes, cudaStream_t stream,
                                       bool keep_dy_copy = false) {
+    if constexpr (std::is_same_v<T, float>)  // the input gradient v4
+        if (dy != nullptr && swapped::applies(out_channels, g, engine, tf32) &&
+            swapped::chunk_images(batch, out_channels, g, workspace_bytes) > 0)
+            return swapped::launch(dy, weight, dx, batch, out_channels, g, workspace,
+                                   workspace_bytes, stream);
     const Conv2dGeometry flipped_g = input_grad_geometry(g, out_channels);
     const FlippedWeights f = flipped_weights<T>(out_channels, g);
     T* flipped = workspace;
