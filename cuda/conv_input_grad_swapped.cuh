@@ -173,7 +173,8 @@ __device__ __forceinline__ void store_tile(const float (&total)[1][kTileCols / 2
     }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) swapped_kernel(const __grid_constant__ Params params) {
+__global__ void __launch_bounds__(kThreads, 1)
+    swapped_kernel(const __grid_constant__ Params params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t smem_raw[];
     __shared__ Barriers bars;

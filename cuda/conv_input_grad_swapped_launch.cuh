@@ -33,7 +33,8 @@ struct Workspace {
 inline Workspace workspace_floats(int out_channels, const Conv2dGeometry& g) {
     const long long cblocks = (out_channels + kBlockK - 1) / kBlockK;
     const long long m_tiles = (g.channels + kTileRows - 1) / kTileRows;
-    const long long packed = m_tiles * g.kernel_h * g.kernel_w * cblocks * kKSteps * kFragmentFloats;
+    const long long packed =
+        m_tiles * g.kernel_h * g.kernel_w * cblocks * kKSteps * kFragmentFloats;
     return {(packed + 3) / 4 * 4,  // (the parts stay 16-byte aligned)
             2ll * out_channels * g.out_h * g.out_w};
 }
@@ -108,7 +109,8 @@ inline cudaError_t launch(const float* dy, const float* weight, float* dx, int b
                                      dims[0] * dims[1] * dims[2] * 4};
         const uint32_t box[4] = {kBlockK, static_cast<uint32_t>(box_rows), 1, 1};
         err = make_tensor_map_4d(&params.big_map, big, 4, dims, strides, box);
-        if (err == cudaSuccess) err = make_tensor_map_4d(&params.small_map, small, 4, dims, strides, box);
+        if (err == cudaSuccess)
+            err = make_tensor_map_4d(&params.small_map, small, 4, dims, strides, box);
         if (err != cudaSuccess) return err;
         params.dx = dx + n0 * static_cast<long long>(g.channels) * g.height * g.width;
         w.tiles = static_cast<int>(tiles_per_image * count);
