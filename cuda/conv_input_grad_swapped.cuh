@@ -20,9 +20,9 @@
 // a_small' instead: A is truncated (its small part has A's sign), and where that small part is
 // 0 a value 2^-30 of A's with A's sign stands in (weights_small). An Inf in b_big then meets a
 // nonzero factor of the big product's sign, never 0 * Inf, and the sum is the Inf or NaN that
-// fp32 gives; the stand-in adds at most 2^-30 of |a b| to a finite product. (A weight below
-// 2^-96 that is a TF32 value exactly has no such stand-in: against an Inf in dy its product
-// is NaN where fp32's is Inf.)
+// fp32 gives; the stand-in adds at most 2^-30 of |a b| to a finite product. Two kinds of tiny
+// weight still meet an Inf in dy as NaN where fp32 gives Inf: a TF32 value exactly below 2^-96
+// (no stand-in), and a subnormal below 2^-136, whose big part truncates to 0.
 //
 // Partial sums as tf32x3.cuh's: each k-block's 12 products summed by the tensor cores, added
 // to the total in fp32 (the backward's accuracy rule). Roles as the forward's v4: a producer

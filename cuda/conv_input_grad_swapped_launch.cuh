@@ -39,10 +39,12 @@ inline Workspace workspace_floats(int out_channels, const Conv2dGeometry& g) {
             2ll * out_channels * g.out_h * g.out_w};
 }
 // Images a chunk: as many as the workspace holds after the weights, at most the batch and
-// the split kernel's grid; 0 where not one fits.
+// the split kernel's grid; 0 where not one fits, or where the packed weights are past the
+// packing kernel's 32-bit index.
 inline int chunk_images(int batch, int out_channels, const Conv2dGeometry& g,
                         long long workspace_bytes) {
     const Workspace ws = workspace_floats(out_channels, g);
+    if (ws.packed > kMaxInt32Count) return 0;
     const long long left = workspace_bytes / 4 - ws.packed;
     long long images = left > 0 && ws.per_image > 0 ? left / ws.per_image : 0;
     images = images < kMaxGridYZ ? images : kMaxGridYZ;

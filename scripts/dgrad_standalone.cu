@@ -180,7 +180,8 @@ int main(int argc, char** argv) {
     if (!strcmp(mode, "check")) {
         const Shape shapes[] = {{2, 64, 20, 130, 128, 3, 1, 1}, {1, 3, 9, 70, 32, 3, 0, 1},
                                 {3, 70, 11, 64, 36, 5, 2, 2},  {2, 64, 5, 200, 64, 1, 0, 1},
-                                {2, 130, 7, 67, 96, 3, 1, 1},  {1, 1, 3, 129, 32, 3, 2, 1}};
+                                {2, 130, 7, 67, 96, 3, 1, 1},  {1, 1, 3, 129, 32, 3, 2, 1},
+                                {4, 130, 40, 128, 64, 3, 1, 1}};  // (480 tiles: several each)
         int bad = 0;
         for (const Shape& s : shapes) {
             const Result v4 = input_grad(s, 4, 0, false), v2 = input_grad(s, 2, 0, false);

@@ -7,8 +7,9 @@ and one image's parts fit the workspace; otherwise v2 runs.
 
 The shapes reach each edge of it: dx rows shorter and longer than a tile (two column tiles),
 dx channels past a 64-row tile (two row tiles, the second partial), dy's channels past a
-32-channel block, 1 x 1 and 5 x 5 kernels, padding, dilation 2 (its 8 extra rows), batch 1
-and a single dx channel. Each against torch's fp32 input gradient and float64 (test_autograd's
+32-channel block, 1 x 1, 3 x 5 and 5 x 5 kernels, padding, dilation 2 (its 8 extra rows),
+batch 1, a single dx channel, and more tiles than the grid's consumers (each walks several,
+its next tile's weights loaded during the last k-block of this one). Each against torch's fp32 input gradient and float64 (test_autograd's
 rules), with the profiler naming the kernel that ran; chunks of images give the bits of one
 chunk; non-finite values in dy and in the weights give the NaN and Inf that float64 does."""
 
@@ -34,8 +35,9 @@ CASES = [
     ((2, 64, 5, 200), (64, 64, 1, 1), 0, 1),     # 1 x 1
     ((2, 130, 7, 67), (96, 130, 3, 3), 1, 1),    # three 64-row tiles, the last of 2 channels
     ((1, 1, 3, 129), (32, 1, 3, 3), 2, 1),       # one channel; the padding past the image
+    ((4, 130, 40, 128), (64, 130, 3, 5), 1, 1),  # 480 tiles: consumers walk several, 3 x 5
 ]
-IDS = ["p31-channels", "batch1-cin3", "5x5-dilated", "1x1", "cin130", "cin1"]
+IDS = ["p31-channels", "batch1-cin3", "5x5-dilated", "1x1", "cin130", "cin1", "many-tiles-3x5"]
 
 
 def input_grad(dy, w, x_shape, padding, dilation, budget=BUDGET):
