@@ -2,10 +2,10 @@
 // and their reasons are listed at the top of conv_backward.cu): the input gradient v2, a
 // convolution of dy on the implicit GEMM, and its v4, the roles swapped (3xTF32:
 // conv_input_grad_swapped.cuh, its launch in conv_input_grad_swapped_launch.cuh), the weight
-// gradient v2, an implicit GEMM in ordered
-// slices (conv_weight_grad_implicit.cuh), and its v3, both operands staged by the copy engine
-// (conv_weight_grad_staged.cuh, its launch in conv_weight_grad_staged_launch.cuh), and the two
-// at once with dy's copy shared (conv2d_grads_shared_launch, at the end). Included by
+// gradient v2, an implicit GEMM in ordered slices (conv_weight_grad_implicit.cuh), and its
+// v3, both operands staged by the copy engine (conv_weight_grad_staged.cuh, its launch in
+// conv_weight_grad_staged_launch.cuh), and the two at once with dy's copy shared
+// (conv2d_grads_shared_launch, at the end). Included by
 // conv_backward.cu after the helpers every version shares (GradShape, aligned_elements, the
 // flipped weights' geometry and workspace).
 #pragma once
