@@ -16,6 +16,7 @@
 //        cuda/tf32_round.cu cuda/conv_im2col.cu
 //   /tmp/dgrad check && /tmp/dgrad time 128 64 128 128 128
 #include "conv_backward.cu"
+#include "standalone_driver.cuh"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,15 +25,6 @@
 #include <random>
 #include <vector>
 using namespace scratchops;
-
-#define CHECK(call)                                                                    \
-    do {                                                                               \
-        const cudaError_t status = (call);                                             \
-        if (status != cudaSuccess) {                                                   \
-            printf("FAIL %s: %s (line %d)\n", #call, cudaGetErrorString(status), __LINE__); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
 
 // dx[n][c][h][w] = sum over k, i, j of dy[n][k][h + pad - i dil][w + pad - j dil] W[k][c][i][j]
 // (stride 1) in float64, one thread an element; dy is 0 past its edges, and those zeros are
@@ -119,30 +111,9 @@ static Result input_grad(const Shape& s, int version, int reps, bool nonfinite) 
     CHECK(call());
     CHECK(cudaDeviceSynchronize());
     Result result{};
-    if (reps > 0) {
-        cudaEvent_t start, stop;
-        CHECK(cudaEventCreate(&start));
-        CHECK(cudaEventCreate(&stop));
-        std::vector<float> times;
-        for (int i = 0; i < reps; ++i) {
-            CHECK(cudaEventRecord(start));
-            CHECK(call());
-            CHECK(cudaEventRecord(stop));
-            CHECK(cudaEventSynchronize(stop));
-            float ms;
-            CHECK(cudaEventElapsedTime(&ms, start, stop));
-            times.push_back(ms);
-        }
-        std::sort(times.begin(), times.end());
-        result.median_ms = times[times.size() / 2];
-    }
+    if (reps > 0) result.median_ms = median_ms(call, reps);
     CHECK(cudaMemcpy(dx.data(), dx_gpu, dx_count * 4, cudaMemcpyDeviceToHost));
-    result.hash = 1469598103934665603ULL;
-    for (float v : dx) {
-        uint32_t bits;
-        memcpy(&bits, &v, 4);
-        result.hash = (result.hash ^ bits) * 1099511628211ULL;
-    }
+    result.hash = bits_hash(dx);
     if (reps == 0) {
         double* reference_gpu;
         CHECK(cudaMalloc(&reference_gpu, dx_count * 8));

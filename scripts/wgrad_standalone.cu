@@ -19,6 +19,7 @@
 // (conv_backward.cu's other launchers need those files; the weight gradient itself uses only
 // transpose.cu's batch sum.)
 #include "conv_backward.cu"
+#include "standalone_driver.cuh"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,16 +28,6 @@
 #include <random>
 #include <vector>
 using namespace scratchops;
-
-// Every CUDA call checked: a failure names the call and stops the run.
-#define CHECK(call)                                                                    \
-    do {                                                                               \
-        const cudaError_t status = (call);                                             \
-        if (status != cudaSuccess) {                                                   \
-            printf("FAIL %s: %s (line %d)\n", #call, cudaGetErrorString(status), __LINE__); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
 
 // dW[k][c][r][s] = sum over n, oh, ow of dy[n][k][oh][ow] * x[n][c][oh + r][ow + s] (stride 1,
 // no padding) in float64, one thread an element: the reference for the small shapes.
@@ -110,29 +101,10 @@ static Result weight_grad(const Shape& shape, bool tf32, int reps, bool compare,
     CHECK(call());
     CHECK(cudaDeviceSynchronize());
     Result result{};
-    if (reps > 0) {
-        cudaEvent_t start, stop;
-        CHECK(cudaEventCreate(&start));
-        CHECK(cudaEventCreate(&stop));
-        std::vector<float> times;
-        for (int i = 0; i < reps; ++i) {
-            CHECK(cudaEventRecord(start));
-            CHECK(call());
-            CHECK(cudaEventRecord(stop));
-            CHECK(cudaEventSynchronize(stop));
-            float ms;
-            CHECK(cudaEventElapsedTime(&ms, start, stop));
-            times.push_back(ms);
-        }
-        std::sort(times.begin(), times.end());
-        result.median_ms = times[times.size() / 2];
-    }
+    if (reps > 0) result.median_ms = median_ms(call, reps);
     CHECK(cudaMemcpy(dw.data(), dw_gpu, dw_count * 4, cudaMemcpyDeviceToHost));
-    result.hash = 1469598103934665603ULL;
+    result.hash = bits_hash(dw);
     for (float v : dw) {
-        uint32_t bits;
-        memcpy(&bits, &v, 4);
-        result.hash = (result.hash ^ bits) * 1099511628211ULL;
         result.nans += v != v;
         result.infs += std::isinf(v);
     }
