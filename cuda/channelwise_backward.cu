@@ -142,8 +142,8 @@ __global__ void min_add_mul_backward_kernel(const T* __restrict__ dy, const T* _
     if (index >= static_cast<unsigned>(n)) return;
     const int i = static_cast<int>(index);
     const float c = rounded<T>(constant);  // the forward's min compares in T
-    const float share = 0.5f * min_gradient_halves(to_float(x[i]), c);
-    dx[i] = from_float<T>(rounded<T>(to_float(dy[i]) * factor) * share);
+    dx[i] = min_rule_from_halves<T>(to_float(dy[i]), factor,
+                                    min_gradient_halves(to_float(x[i]), c));
 }
 
 // v2: the shares the forward kept (in halves: its store computed min_gradient_halves of the
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kSumThreads)
             plane_size,
             [&](int s) { return Loaded{to_float(dy[plane + s]), halves[plane + s]}; },
             [&](int s, Loaded v) {
-                const T d = from_float<T>(rounded<T>(v.g * factor) * (0.5f * v.halves));
+                const T d = min_rule_from_halves<T>(v.g, factor, v.halves);
                 dx[plane + s] = d;
                 dy_sum += v.g;
                 dx_sum += to_float(d);

@@ -51,6 +51,14 @@ __device__ __forceinline__ float nan_min(float a, float b) {
 __host__ __device__ __forceinline__ uint8_t min_gradient_halves(float v, float c) {
     return v > c ? 0 : v == c ? 1 : 2;
 }
+// The min's gradient from a value's share in halves: dy * factor, rounded to T as torch's
+// operator in T leaves it, times halves / 2 (exact): what every form of the rule writes
+// (channelwise_backward.cu, min_add_mul_backward_channels_last.cu) and what the weight
+// gradient's packing computes in their place (conv_weight_grad_implicit.cuh's DyColumns).
+template <class T>
+__device__ __forceinline__ T min_rule_from_halves(float dy, float factor, uint32_t halves) {
+    return from_float<T>(rounded<T>(dy * factor) * (0.5f * static_cast<float>(halves)));
+}
 // The same rule on a pair of 16-bit values (__half2, __nv_bfloat162) against a pair of limits,
 // as two bytes (the low value's in the low byte): 2 - 2 (v > c) - (v == c) each, from the paired
 // compares' masks (0xffff a true half; a NaN compares false, as above).

@@ -219,13 +219,16 @@ long long weight_grad_workspace_bytes(int batch, int out_channels, const Conv2dG
 // Weight gradient v2: the implicit GEMM over chunks of slices, each chunk's partial dWᵀ added
 // to the accumulator in slice order, then dW = the accumulator transposed, rounded to T.
 // fp32: 3xTF32, or TF32 single products where tf32; fp16 / bf16: their native products on
-// wgmma, else TF32 single products (exact on their values).
+// wgmma, else TF32 single products (exact on their values). halves (float only): the
+// gradient taken is the min's of dy, computed by the packing (DyColumns).
 template <class T>
 cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
                                  int out_channels, const Conv2dGeometry& g,
                                  TensorCorePath engine, bool tf32, void* workspace,
-                                 long long workspace_bytes, cudaStream_t stream) {
+                                 long long workspace_bytes, cudaStream_t stream,
+                                 const uint8_t* halves = nullptr, float factor = 1.0f) {
     if constexpr (!std::is_same_v<T, float>) {
+        if (halves != nullptr) return cudaErrorInvalidValue;
         const StagedWeightGrad staged =
             staged_weight_grad<T>(batch, out_channels, g, engine, workspace_bytes);
         if (staged.images > 0)
@@ -251,7 +254,7 @@ cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
         for (int e0 = 0; e0 < s.count && err == cudaSuccess; e0 += per_chunk) {
             const int entries = s.count - e0 < per_chunk ? s.count - e0 : per_chunk;
             err = conv_wgrad::product<kT, Op>(dy, x, out_channels, g, s, e0, entries, engine,
-                                              chunk, partials, stream);
+                                              chunk, partials, stream, halves, factor);
             if (err == cudaSuccess)  // accumulator += partial[0] + partial[1] + ..., in order
                 err = batch_sum_launch<float, float>(partials, e0 == 0 ? nullptr : accumulator,
                                                      accumulator, entries, kc, stream);
@@ -323,6 +326,70 @@ cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight,
         return weight_grad_staged(dy, x, dw, batch, out_channels, g, w,
                                   static_cast<uint8_t*>(workspace) + input_part, stream, dy_copy);
     }
+}
+
+// P31's four gradients in float, 3xTF32, with the min's rule applied inside both gradients'
+// passes over dy (launchers_backward.h): the rule's pass writes dy's two TF32 parts for the
+// input gradient v4 instead of the gradient itself, and the weight gradient v2's packing
+// computes the rule again from dy and the shares. The workspace: the two parts (the batch's,
+// each as large as dy), the rule's partial sums, v4's packed weights, then the weight
+// gradient's workspace at the budget. The parts and packed weights lie outside the budget, as
+// the gradient the two operators apart would write does.
+struct MinAddMulGrads {
+    long long part, sums, packed, weight_grad;  // bytes, each 16-byte aligned
+    long long total() const { return 2 * part + sums + packed + weight_grad; }
+};
+inline MinAddMulGrads min_add_mul_conv_grads_layout(int batch, int out_channels,
+                                                    const Conv2dGeometry& g,
+                                                    TensorCorePath engine, long long budget) {
+    const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
+    return {align16(4 * pixels * out_channels * batch),
+            align16(min_add_mul_backward_kept_channels_last_workspace_bytes(
+                batch, out_channels, static_cast<int>(pixels))),
+            4 * swapped::workspace_floats(out_channels, g).packed,
+            align16(weight_grad_workspace_bytes<float>(batch, out_channels, g, engine, budget))};
+}
+
+long long min_add_mul_conv_grads_bytes(int batch, int out_channels, const Conv2dGeometry& g,
+                                       TensorCorePath engine, bool tf32, long long budget) {
+    if (batch <= 0 || !input_grad_is_a_convolution(g) ||
+        !swapped::applies(out_channels, g, engine, tf32) ||
+        swapped::workspace_floats(out_channels, g).packed > kMaxInt32Count)
+        return 0;
+    // (v4's tile index, which its launch would refuse: v4 then runs in chunks, apart)
+    const long long tiles = static_cast<long long>(g.height) *
+                            ((g.width + swapped::kTileCols - 1) / swapped::kTileCols) *
+                            ((g.channels + swapped::kTileRows - 1) / swapped::kTileRows) * batch;
+    if (tiles > kMaxInt32Count) return 0;
+    return min_add_mul_conv_grads_layout(batch, out_channels, g, engine, budget).total();
+}
+
+cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves, const float* x,
+                                          const float* weight, float factor, float* dx,
+                                          float* dw, float* bias_grad, float* conv_bias_grad,
+                                          int batch, int out_channels, const Conv2dGeometry& g,
+                                          TensorCorePath engine, long long budget,
+                                          void* workspace, cudaStream_t stream) {
+    const MinAddMulGrads layout =
+        min_add_mul_conv_grads_layout(batch, out_channels, g, engine, budget);
+    auto* base = static_cast<uint8_t*>(workspace);
+    auto* big = reinterpret_cast<float*>(base);
+    auto* small = reinterpret_cast<float*>(base + layout.part);
+    auto* sums = reinterpret_cast<float*>(base + 2 * layout.part);
+    auto* packed = reinterpret_cast<float*>(base + 2 * layout.part + layout.sums);
+    uint8_t* weight_grad_workspace = base + 2 * layout.part + layout.sums + layout.packed;
+    cudaError_t err = min_add_mul_backward_kept_split_launch(
+        dy, halves, big, small, bias_grad, conv_bias_grad, batch, out_channels,
+        g.out_h * g.out_w, factor, sums, stream);
+    swapped::Params params;
+    if (err == cudaSuccess)
+        err = swapped::prepare(params, weight, out_channels, g, packed, stream);
+    if (err == cudaSuccess)
+        err = swapped::run_on_parts(params, big, small, dx, batch, out_channels, g, stream);
+    if (err != cudaSuccess) return err;
+    return weight_grad_implicit<float>(dy, x, dw, batch, out_channels, g, engine, false,
+                                       weight_grad_workspace, layout.weight_grad, stream, halves,
+                                       factor);
 }
 
 }  // namespace scratchops

@@ -51,18 +51,13 @@ inline int chunk_images(int batch, int out_channels, const Conv2dGeometry& g,
     return images < batch ? static_cast<int>(images) : batch;
 }
 
-// dx (batch x C x H x W) = the input gradient of the convolution g (out_channels outputs) for
-// dy (batch x out_channels x out_h x out_w), in chunks of chunk_images images; where applies()
-// and a chunk of at least one image fits `workspace` (workspace_bytes, 16-byte aligned).
-inline cudaError_t launch(const float* dy, const float* weight, float* dx, int batch,
-                          int out_channels, const Conv2dGeometry& g, float* workspace,
-                          long long workspace_bytes, cudaStream_t stream) {
+// The launch's fixed part: the kernel's shared memory allowed, the walk but its tiles, and
+// the flipped weights packed into `packed` (workspace_floats' packed floats).
+inline cudaError_t prepare(Params& params, const float* weight, int out_channels,
+                           const Conv2dGeometry& g, float* packed, cudaStream_t stream) {
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
-    cudaError_t err = allow_dynamic_smem(smem_set_on, swapped_kernel, kSmemBytes);
+    const cudaError_t err = allow_dynamic_smem(smem_set_on, swapped_kernel, kSmemBytes);
     if (err != cudaSuccess) return err;
-    const int images = chunk_images(batch, out_channels, g, workspace_bytes);
-    if (images <= 0) return cudaErrorInvalidValue;
-    Params params;
     Walk& w = params.walk;
     w.out_h = g.height;
     w.out_w = g.width;
@@ -77,21 +72,54 @@ inline cudaError_t launch(const float* dy, const float* weight, float* dx, int b
     w.pad_h = g.dil_h * (g.kernel_h - 1) - g.pad_h;  // the flipped convolution's padding
     w.pad_w = g.dil_w * (g.kernel_w - 1) - g.pad_w;
     w.kblocks = g.kernel_h * g.kernel_w * w.cblocks;
-    const int box_rows = kTileCols + (g.kernel_w - 1) * g.dil_w;
-    w.box_bytes = box_rows * kRowBytes;
-    const long long tiles_per_image =
-        static_cast<long long>(g.height) * w.col_tiles * w.m_tiles;
-    if (tiles_per_image * images > kMaxInt32Count) return cudaErrorInvalidValue;
-    // The weights, packed once for every chunk.
+    w.box_bytes = (kTileCols + (g.kernel_w - 1) * g.dil_w) * kRowBytes;
     const Workspace ws = workspace_floats(out_channels, g);
     const int packed_total = static_cast<int>(ws.packed / 4 * 4);
     constexpr int kPackThreadsBlock = 256;
     pack_weights_kernel<<<(packed_total + kPackThreadsBlock - 1) / kPackThreadsBlock,
-                          kPackThreadsBlock, 0, stream>>>(weight, workspace, packed_total,
+                          kPackThreadsBlock, 0, stream>>>(weight, packed, packed_total,
                                                           g.channels, out_channels, g.kernel_h,
                                                           g.kernel_w, w.cblocks);
-    err = cudaGetLastError();
-    params.packed_a = reinterpret_cast<const float4*>(workspace);
+    params.packed_a = reinterpret_cast<const float4*>(packed);
+    return cudaGetLastError();
+}
+
+// dx of `count` images (its first image's) from dy's two parts of those images, channels-last
+// (count x out_h x out_w x out_channels floats each): the tensor maps and the persistent grid.
+inline cudaError_t run_on_parts(Params& params, const float* big, const float* small,
+                                float* dx, int count, int out_channels, const Conv2dGeometry& g,
+                                cudaStream_t stream) {
+    Walk& w = params.walk;
+    const long long tiles = static_cast<long long>(g.height) * w.col_tiles * w.m_tiles * count;
+    if (tiles > kMaxInt32Count) return cudaErrorInvalidValue;
+    const uint64_t dims[4] = {static_cast<uint64_t>(out_channels), static_cast<uint64_t>(g.out_w),
+                              static_cast<uint64_t>(g.out_h), static_cast<uint64_t>(count)};
+    const uint64_t strides[3] = {dims[0] * 4, dims[0] * dims[1] * 4,
+                                 dims[0] * dims[1] * dims[2] * 4};
+    const uint32_t box[4] = {kBlockK, static_cast<uint32_t>(w.box_bytes / kRowBytes), 1, 1};
+    cudaError_t err = make_tensor_map_4d(&params.big_map, big, 4, dims, strides, box);
+    if (err == cudaSuccess)
+        err = make_tensor_map_4d(&params.small_map, small, 4, dims, strides, box);
+    if (err != cudaSuccess) return err;
+    params.dx = dx;
+    w.tiles = static_cast<int>(tiles);
+    const int workers = (w.tiles + kConsumers - 1) / kConsumers;
+    const int ctas = workers < sm_count() ? workers : sm_count();
+    swapped_kernel<<<ctas, kThreads, kSmemBytes, stream>>>(params);
+    return cudaGetLastError();
+}
+
+// dx (batch x C x H x W) = the input gradient of the convolution g (out_channels outputs) for
+// dy (batch x out_channels x out_h x out_w), in chunks of chunk_images images; where applies()
+// and a chunk of at least one image fits `workspace` (workspace_bytes, 16-byte aligned).
+inline cudaError_t launch(const float* dy, const float* weight, float* dx, int batch,
+                          int out_channels, const Conv2dGeometry& g, float* workspace,
+                          long long workspace_bytes, cudaStream_t stream) {
+    const int images = chunk_images(batch, out_channels, g, workspace_bytes);
+    if (images <= 0) return cudaErrorInvalidValue;
+    Params params;
+    cudaError_t err = prepare(params, weight, out_channels, g, workspace, stream);
+    const Workspace ws = workspace_floats(out_channels, g);
     const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
     const int tiles_p = static_cast<int>((pixels + kVecTile - 1) / kVecTile);
     const int tiles_c = (out_channels + kVecTile - 1) / kVecTile;
@@ -103,23 +131,10 @@ inline cudaError_t launch(const float* dy, const float* weight, float* dx, int b
             dy + n0 * static_cast<long long>(out_channels) * pixels, big, small, out_channels,
             static_cast<int>(pixels), tiles_p);
         err = cudaGetLastError();
-        if (err != cudaSuccess) return err;
-        const uint64_t dims[4] = {static_cast<uint64_t>(out_channels),
-                                  static_cast<uint64_t>(g.out_w), static_cast<uint64_t>(g.out_h),
-                                  static_cast<uint64_t>(count)};
-        const uint64_t strides[3] = {dims[0] * 4, dims[0] * dims[1] * 4,
-                                     dims[0] * dims[1] * dims[2] * 4};
-        const uint32_t box[4] = {kBlockK, static_cast<uint32_t>(box_rows), 1, 1};
-        err = make_tensor_map_4d(&params.big_map, big, 4, dims, strides, box);
         if (err == cudaSuccess)
-            err = make_tensor_map_4d(&params.small_map, small, 4, dims, strides, box);
-        if (err != cudaSuccess) return err;
-        params.dx = dx + n0 * static_cast<long long>(g.channels) * g.height * g.width;
-        w.tiles = static_cast<int>(tiles_per_image * count);
-        const int workers = (w.tiles + kConsumers - 1) / kConsumers;
-        const int ctas = workers < sm_count() ? workers : sm_count();
-        swapped_kernel<<<ctas, kThreads, kSmemBytes, stream>>>(params);
-        err = cudaGetLastError();
+            err = run_on_parts(params, big, small,
+                               dx + n0 * static_cast<long long>(g.channels) * g.height * g.width,
+                               count, out_channels, g, stream);
     }
     return err;
 }

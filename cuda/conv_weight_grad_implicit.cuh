@@ -153,7 +153,10 @@ struct WeightGradRows {
 
 // B: dy (N, Cout, OH, OW) as the engine's N x K matrix of each entry, B(entry, co, k) the
 // gradient at slot k of the entry's slice (0 for a padding slot, past the last row, or past
-// Cout). pack_b's warps read 32 consecutive k of a row of B: consecutive pixels of dy.
+// Cout). pack_b's warps read 32 consecutive k of a row of B: consecutive pixels of dy. Where
+// `halves` is given (P31's shares, dy's shape), B is the min's gradient instead, computed
+// from dy and the share as the min's own pass computes it (min_rule_from_halves), so that the
+// packing reads what that pass would otherwise write and this one read again.
 template <class T>
 struct DyColumns {
     const T* dy;
@@ -162,6 +165,12 @@ struct DyColumns {
     OutputRows rows;
     int first_entry;  // as WeightGradRows's
     FastDiv by_row_len;  // s.row_len
+    const uint8_t* halves;  // nullptr: B is dy itself
+    float factor;           // (with halves) the min's factor
+    __device__ float gradient(const T* p) const {
+        if (halves == nullptr) return to_float(*p);
+        return to_float(min_rule_from_halves<T>(to_float(*p), factor, halves[p - dy]));
+    }
     // Where slot k of the entry's output rows lies in dy: nullptr in the padding (channels
     // past cout, slots past OW or past the last row), with `left` of the row's pixels from it.
     __device__ const T* at(int entry, int co, int k, int& left) const {
@@ -177,7 +186,7 @@ struct DyColumns {
     __device__ float operator()(int entry, int co, int k) const {
         int left;
         const T* p = at(entry, co, k, left);
-        return p != nullptr ? to_float(*p) : 0.0f;
+        return p != nullptr ? gradient(p) : 0.0f;
     }
     // Slots k and k + 1 (k even: with row_len even, one output row) together, one 4-byte
     // load where the pair is a whole aligned pair of 16-bit values (PackItem::gather's pairs).
@@ -185,11 +194,11 @@ struct DyColumns {
         int left;
         const T* p = at(entry, co, k, left);
         if (p == nullptr) return make_float2(0.0f, 0.0f);
-        if (left < 2) return make_float2(to_float(p[0]), 0.0f);  // the row's last pixel
+        if (left < 2) return make_float2(gradient(p), 0.0f);  // the row's last pixel
         if constexpr (is_half_type<T>())
-            if (reinterpret_cast<std::uintptr_t>(p) % 4 == 0)
+            if (halves == nullptr && reinterpret_cast<std::uintptr_t>(p) % 4 == 0)
                 return PairOf<T>::widened(*reinterpret_cast<const typename PairOf<T>::type*>(p));
-        return make_float2(to_float(p[0]), to_float(p[1]));
+        return make_float2(gradient(p), gradient(p + 1));
     }
 };
 
@@ -219,11 +228,13 @@ inline int chunk_entries(const Slices& s, int taps, int out_channels, long long 
 }
 
 // One chunk of entries [entry0, entry0 + entries): packing, then the product into the chunk's
-// partials, for products of Op (kTf32: a single product, as every 16-bit mode is).
+// partials, for products of Op (kTf32: a single product, as every 16-bit mode is); B the
+// min's gradient of dy where halves (DyColumns).
 template <bool kTf32, class Op, class T>
 cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeometry& g,
                     const Slices& s, int entry0, int entries, TensorCorePath engine,
-                    uint8_t* packed, float* partials, cudaStream_t stream) {
+                    uint8_t* packed, float* partials, cudaStream_t stream,
+                    const uint8_t* halves, float factor) {
     using namespace gemm_tc;
     const int taps = g.channels * g.kernel_h * g.kernel_w;
     const OutputRows rows{g.out_h, FastDiv(static_cast<uint32_t>(g.out_h))};
@@ -231,7 +242,7 @@ cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeome
                                                         entries);
     cudaError_t err = tc::pack_b<kTcBN, Op, false, /*kDeferCross=*/true, kTf32>(
         DyColumns<T>{dy, out_channels, g.out_w, s, rows, entry0,
-                     FastDiv(static_cast<uint32_t>(s.row_len))},
+                     FastDiv(static_cast<uint32_t>(s.row_len)), halves, factor},
         packed, layout, stream);
     if (err != cudaSuccess) return err;
     const WeightGradRows<T, Op> loader{

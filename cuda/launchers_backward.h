@@ -77,6 +77,23 @@ cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight,
                                        cudaStream_t stream, bool dy_copied = false);
 template <class T>
 long long conv2d_grads_shared_dy_offset(int out_channels, const Conv2dGeometry& g);
+// P31's four gradients in float from the shares its forward kept (ConvTail::halves), fp32-
+// accurate (3xTF32: tf32 false for both gradients) on the wgmma engine, with the min's rule
+// dx_conv = dy * factor * halves / 2 applied inside both gradients' passes over dy, so that
+// no pass writes dx_conv: the rule's pass writes its two TF32 parts for the input gradient v4
+// (min_add_mul_backward_kept_split_launch) and the weight gradient v2's packing computes the
+// rule again. dx, dw as conv2d's input and weight gradients of dx_conv, bias_grad and
+// conv_bias_grad as min_add_mul_backward_kept_channels_last_launch's sums. Where it applies,
+// min_add_mul_conv_grads_bytes is the workspace (16-byte aligned) it takes: twice dy's bytes
+// and a little, plus what the weight gradient takes at the budget; else 0.
+long long min_add_mul_conv_grads_bytes(int batch, int out_channels, const Conv2dGeometry& g,
+                                       TensorCorePath engine, bool tf32, long long budget);
+cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves, const float* x,
+                                          const float* weight, float factor, float* dx,
+                                          float* dw, float* bias_grad, float* conv_bias_grad,
+                                          int batch, int out_channels, const Conv2dGeometry& g,
+                                          TensorCorePath engine, long long budget,
+                                          void* workspace, cudaStream_t stream);
 // Whether a convolution's gradient on the tensor cores computes in TF32 where torch allows it:
 // the forward's rule (conv2d_uses_tf32, launchers.h) on the gradient's own reduction, dy's
 // Cout*kh*kw for the input gradient (a convolution of dy) and the batch's output pixels for the
@@ -123,6 +140,13 @@ cudaError_t min_add_mul_backward_kept_channels_last_launch(const T* dy, const ui
                                                            T* conv_bias_grad, int batch,
                                                            int channels, int pixels, float factor,
                                                            float* workspace, cudaStream_t stream);
+// float's form for the input gradient v4 (conv_input_grad_swapped.cuh): dx written as its two
+// TF32 parts, big (split_tf32's, rounded to nearest) and small, each channels-last as above.
+cudaError_t min_add_mul_backward_kept_split_launch(const float* dy, const uint8_t* halves,
+                                                   float* big, float* small, float* bias_grad,
+                                                   float* conv_bias_grad, int batch,
+                                                   int channels, int pixels, float factor,
+                                                   float* workspace, cudaStream_t stream);
 
 // --------------------------------------------------------------- groupnorm_backward.cu
 // dx of y = group_norm(x) * scale (gamma, beta, scale nullptr when absent), and the gradients

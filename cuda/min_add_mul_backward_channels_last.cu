@@ -102,13 +102,15 @@ __device__ __forceinline__ float kept_quad_value(const KeptQuads<T>& q, int k, i
     }
 }
 
-template <class T>
+// kSplit (float): the gradient stored as its two TF32 parts, big into dx_cl and small into
+// dx_small (channels_last.cuh's two stores, as the input gradient v4's split pass makes them).
+template <class T, bool kSplit = false>
 // (16-bit: 64 registers, 4 blocks an SM; float's twice as many bits of dy need 80, 3 blocks)
 __global__ void __launch_bounds__(kKeptThreads, sizeof(T) == 4 ? 3 : 4)
     min_add_mul_backward_kept_channels_last_kernel(
         const T* __restrict__ dy, const uint8_t* __restrict__ halves, T* __restrict__ dx_cl,
-        float* __restrict__ dy_partial, float* __restrict__ dx_partial, int channels,
-        int pixels, int pieces_image, float factor, bool quads_aligned) {
+        T* __restrict__ dx_small, float* __restrict__ dy_partial, float* __restrict__ dx_partial,
+        int channels, int pixels, int pieces_image, float factor, bool quads_aligned) {
     __shared__ T tile[kVecTile][kVecTile + 1];
     const int piece = blockIdx.x, c0 = blockIdx.y * kVecTile;
     const long long image_offset =
@@ -132,8 +134,7 @@ __global__ void __launch_bounds__(kKeptThreads, sizeof(T) == 4 ? 3 : 4)
 #pragma unroll
             for (int i = 0; i < kQuad; ++i) {
                 const float g = kept_quad_value(q, k, i);
-                const float share = 0.5f * static_cast<float>((q.h[k] >> (8 * i)) & 0xffu);
-                const T d = from_float<T>(rounded<T>(g * factor) * share);
+                const T d = min_rule_from_halves<T>(g, factor, (q.h[k] >> (8 * i)) & 0xffu);
                 tile[row0 + k * kRowsPass][quad * kQuad + i] = d;
                 g_quad += g;
                 d_quad += to_float(d);
@@ -142,8 +143,16 @@ __global__ void __launch_bounds__(kKeptThreads, sizeof(T) == 4 ? 3 : 4)
             dx_sum[k] += d_quad;
         }
         __syncthreads();
-        channels_last_tile_store<T, false>(tile, dx_cl + image_offset, channels, pixels, c0,
-                                           t * kVecTile, threadIdx.x, kKeptThreads);
+        if constexpr (kSplit) {
+            channels_last_tile_store<T, true>(tile, dx_cl + image_offset, channels, pixels, c0,
+                                              t * kVecTile, threadIdx.x, kKeptThreads);
+            channels_last_tile_store<T, true, true>(tile, dx_small + image_offset, channels,
+                                                    pixels, c0, t * kVecTile, threadIdx.x,
+                                                    kKeptThreads);
+        } else {
+            channels_last_tile_store<T, false>(tile, dx_cl + image_offset, channels, pixels, c0,
+                                               t * kVecTile, threadIdx.x, kKeptThreads);
+        }
         __syncthreads();  // (the tile is filled again)
     }
 #pragma unroll
@@ -195,12 +204,13 @@ long long min_add_mul_backward_kept_channels_last_workspace_bytes(int batch, int
     return 2ll * channels * batch * kept_pieces_image(pixels) * 4;  // (floats)
 }
 
+namespace {
+// (dx_small: float's split, dx_channels_last then taking the big parts; else nullptr)
 template <class T>
-cudaError_t min_add_mul_backward_kept_channels_last_launch(const T* dy, const uint8_t* halves,
-                                                           T* dx_channels_last, T* bias_grad,
-                                                           T* conv_bias_grad, int batch,
-                                                           int channels, int pixels, float factor,
-                                                           float* workspace, cudaStream_t stream) {
+cudaError_t kept_channels_last(const T* dy, const uint8_t* halves, T* dx_channels_last,
+                               T* dx_small, T* bias_grad, T* conv_bias_grad, int batch,
+                               int channels, int pixels, float factor, float* workspace,
+                               cudaStream_t stream) {
     if (channels <= 0) return cudaSuccess;
     const int pieces_image = kept_pieces_image(pixels);
     const long long pieces = static_cast<long long>(batch) * pieces_image;
@@ -213,16 +223,41 @@ cudaError_t min_add_mul_backward_kept_channels_last_launch(const T* dy, const ui
         const bool quads_aligned = pixels % kQuad == 0 &&
                                    reinterpret_cast<uintptr_t>(dy) % kQuadBytes == 0 &&
                                    reinterpret_cast<uintptr_t>(halves) % kQuad == 0;
-        min_add_mul_backward_kept_channels_last_kernel<T>
-            <<<dim3(static_cast<unsigned>(pieces), static_cast<unsigned>(channel_blocks)),
-               kKeptThreads, 0, stream>>>(dy, halves, dx_channels_last, workspace, dx_partial,
-                                          channels, pixels, pieces_image, factor, quads_aligned);
+        const dim3 grid(static_cast<unsigned>(pieces), static_cast<unsigned>(channel_blocks));
+        auto kernel = min_add_mul_backward_kept_channels_last_kernel<T, false>;
+        if constexpr (std::is_same_v<T, float>)
+            if (dx_small != nullptr)
+                kernel = min_add_mul_backward_kept_channels_last_kernel<T, true>;
+        kernel<<<grid, kKeptThreads, 0, stream>>>(dy, halves, dx_channels_last, dx_small,
+                                                  workspace, dx_partial, channels, pixels,
+                                                  pieces_image, factor, quads_aligned);
         err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
     kept_sums_finish_kernel<T><<<channels, 32, 0, stream>>>(
         workspace, dx_partial, factor, bias_grad, conv_bias_grad, static_cast<int>(pieces));
     return cudaGetLastError();
+}
+}  // namespace
+
+template <class T>
+cudaError_t min_add_mul_backward_kept_channels_last_launch(const T* dy, const uint8_t* halves,
+                                                           T* dx_channels_last, T* bias_grad,
+                                                           T* conv_bias_grad, int batch,
+                                                           int channels, int pixels, float factor,
+                                                           float* workspace, cudaStream_t stream) {
+    return kept_channels_last<T>(dy, halves, dx_channels_last, nullptr, bias_grad,
+                                 conv_bias_grad, batch, channels, pixels, factor, workspace,
+                                 stream);
+}
+
+cudaError_t min_add_mul_backward_kept_split_launch(const float* dy, const uint8_t* halves,
+                                                   float* big, float* small, float* bias_grad,
+                                                   float* conv_bias_grad, int batch,
+                                                   int channels, int pixels, float factor,
+                                                   float* workspace, cudaStream_t stream) {
+    return kept_channels_last<float>(dy, halves, big, small, bias_grad, conv_bias_grad, batch,
+                                     channels, pixels, factor, workspace, stream);
 }
 
 #define X(T)                                                                                   \

@@ -182,7 +182,7 @@ def _sums_close(ours, terms, dtype):
     is."""
     ref = terms.double().sum((0, 2, 3))
     magnitude = terms.double().abs().sum((0, 2, 3))
-    eps = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
+    eps = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}[dtype]
     assert torch.equal(ours.isnan(), ref.isnan())
     assert torch.equal(ours.isinf() & (ours > 0), ref.isinf() & (ref > 0))
     assert torch.equal(ours.isinf() & (ours < 0), ref.isinf() & (ref < 0))
@@ -255,3 +255,67 @@ def test_half_gradients_at_once_write_the_rule_channels_last(x_shape, w_shape, p
     with pytest.raises(ValueError, match="halves must be"):
         OPS._conv2d_min_add_mul_grads_kept(dy, halves[:, :-1].contiguous(), *args[2:],
                                            TENSOR_CORE_GRAD_WORKSPACE_BYTES, version)
+
+
+# (x shape, weight shape, padding) where float's four gradients take their fused form (TF32
+# off, the wgmma engine, dy's channels at least 32 and a multiple of 4, dx rows at least 64
+# wide): P31's channels on an odd output width, batch 1 with 3 input channels and 36 output
+# channels (a k-block and 4 past it), 70 input channels (a second dx tile, 6 wide) with 130-
+# pixel rows, and a 1 x 1 kernel.
+FLOAT_FUSED_SHAPES = [((2, 64, 9, 70), (128, 64, 3, 3), 0), ((1, 3, 7, 67), (36, 3, 3, 3), 1),
+                      ((2, 70, 5, 130), (64, 70, 3, 3), 1), ((2, 16, 4, 64), (32, 16, 1, 1), 0)]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,padding", FLOAT_FUSED_SHAPES)
+def test_float_gradients_at_once_apply_the_rule_inside_both_passes(x_shape, w_shape, padding):
+    """fp32 with TF32 off: the four gradients at once apply the min's rule inside both
+    gradients' passes over dy (min_add_mul_conv_grads_launch): the rule's pass writes dy's two
+    TF32 parts for the input gradient v4 (its own split pass does not run) and the weight
+    gradient's packing computes the rule from dy and the shares; no pass writes the rule's
+    gradient. dx and dW have the bits of the operator that keeps nothing (its backward
+    recomputes the convolution and runs the rule and the two gradients apart), with a NaN and
+    an Inf in dy; with finite values they are within 1e-5 of float64 relative to the largest
+    value; the two bias sums within float's rounding of the float64 sums."""
+    skip_unless_runnable("cuda", operator="conv2d_min_add_mul")
+    if not HOPPER:
+        pytest.skip("the input gradient v4 needs the wgmma engine and tensor maps (an sm_90 GPU)")
+    _tf32(False)
+    x, w, cb, b = _inputs(x_shape, w_shape, torch.float32, "ties")
+    leaves = [t.requires_grad_() for t in (x, w, cb, b)]
+    window = ([1, 1], [padding, padding], [1, 1])
+    out_hw = (x_shape[2] - w_shape[2] + 1 + 2 * padding, x_shape[3] - w_shape[3] + 1 + 2 * padding)
+    dy = rand(x_shape[0], w_shape[0], *out_hw)
+    kept = scratchops.conv2d_min_add_mul(x, w, cb, 1.0, b, 2.0, padding=padding)
+    calls = launches(lambda: torch.autograd.grad(kept, leaves, dy, retain_graph=True))
+    split_rule = "kept_channels_last_kernel<float, true>"
+    assert sum(n for name, n in calls.items() if split_rule in name) == 1
+    assert not any("split_channels_last_kernel" in name or "kept_kernel<" in name
+                   for name in calls)
+    assert sum(n for name, n in calls.items() if "swapped_kernel" in name) == 1
+    recomputed = OPS.conv2d_min_add_mul(x, w, cb, *window, 1.0, b, 2.0)
+    for values in ("finite", "nonfinite"):
+        if values == "nonfinite":
+            dy.view(-1)[7], dy.view(-1)[-5] = float("nan"), float("inf")
+        ours = torch.autograd.grad(kept, leaves, dy, retain_graph=True)
+        theirs = torch.autograd.grad(recomputed, leaves, dy, retain_graph=True)
+        for a, b_ in zip(ours[:2], theirs[:2]):
+            torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
+        with torch.no_grad():
+            conv = OPS.conv2d(x, w, cb, *window, CONV2D_ALGORITHMS["implicit_gemm"],
+                              DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION)
+            conv_grad = OPS._min_add_mul_backward(dy, conv, 1.0, 2.0)
+        _sums_close(ours[2], conv_grad, torch.float32)
+        _sums_close(ours[3], 2.0 * dy.double(), torch.float32)
+        if values == "finite":  # dx and dW against float64 (torch's conv2d in float64)
+            x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+            y64 = torch.nn.functional.conv2d(x64, w64, padding=padding)
+            references = torch.autograd.grad(y64, (x64, w64), conv_grad.double())
+            for a, ref in zip(ours[:2], references):
+                scale = ref.abs().max().item()
+                assert (a.double() - ref).abs().max().item() <= 1e-5 * scale
+    finite_dy = dy.nan_to_num(0.0, 0.0, 0.0)  # (opcheck compares results without equal_nan)
+    _, halves = OPS._conv2d_min_add_mul_keeping(x, w, cb, *window, 1.0, b, 2.0)
+    torch.library.opcheck(OPS._conv2d_min_add_mul_grads_kept.default,
+                          (finite_dy, halves, x.detach(), w.detach(), 2.0, *window,
+                           TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+                           scratchops.versions.GEMM_TENSOR_CORE_VERSION))

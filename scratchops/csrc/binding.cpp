@@ -984,6 +984,49 @@ std::tuple<Tensor, Tensor, Tensor> min_add_mul_backward_kept_cuda(const Tensor& 
     return {dx, conv_bias_grad, bias_grad};
 }
 
+// float's form of the four at once (min_add_mul_conv_grads_launch, launchers_backward.h): the
+// min's rule applied inside both gradients' passes over dy, where both gradients are
+// fp32-accurate (torch's switch, or the reductions' sizes, leave TF32 out) on the wgmma
+// engine and the input gradient v4 applies; nullopt elsewhere (the caller's forms then run).
+using FourGrads = std::tuple<Tensor, Tensor, Tensor, Tensor>;
+std::optional<FourGrads> min_add_mul_conv_grads_float(
+    const Tensor& grad, const Tensor& halves, const Tensor& x, const Tensor& weight,
+    double factor, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+    int64_t workspace_bytes, int64_t gemm_version) {
+    if (x.scalar_type() != at::kFloat || gemm_version != kGemmTensorCoreVersion ||
+        x.dim() != 4 || weight.dim() != 4 || x.size(0) == 0)
+        return std::nullopt;  // (the forms apart check every argument and give their errors)
+    check_tensor(weight, "weight", 4, 4, nullptr, kAll);
+    check_tensor(x, "input", 4, 4, &weight, kAllButBatch);
+    check_tensor(grad, "grad", 4, 4, &x);
+    SCRATCHOPS_ARG(x.size(1) == weight.size(1), "input and weight must have the same C");
+    const int batch = i32(x.size(0)), out_channels = i32(weight.size(0));
+    const Conv2dGeometry g =
+        conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0),
+                         weight.sizes().slice(2), stride, padding, dilation);
+    const TensorCorePath engine = conv_grad_engine(x, gemm_version);
+    const bool tf32 = conv_grad_tf32(grad, gemm_version, false, batch, out_channels, g) ||
+                      conv_grad_tf32(grad, gemm_version, true, batch, out_channels, g);
+    const long long bytes =
+        min_add_mul_conv_grads_bytes(batch, out_channels, g, engine, tf32, workspace_bytes);
+    if (bytes == 0) return std::nullopt;
+    check_halves(halves, grad);
+    c10::cuda::CUDAGuard guard(x.device());
+    Tensor dx = new_output(x, x.sizes()), dw = new_output(x, weight.sizes());
+    Tensor conv_bias_grad = new_output(x, {out_channels});
+    Tensor bias_grad = new_output(x, {out_channels});
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    const at::DataPtr ws = workspace(bytes);
+    const cudaError_t err = min_add_mul_conv_grads_launch(
+        data<float>(grad), halves.data_ptr<uint8_t>(), data<float>(x), data<float>(weight),
+        f32(factor), static_cast<float*>(dx.data_ptr()), static_cast<float*>(dw.data_ptr()),
+        static_cast<float*>(bias_grad.data_ptr()), static_cast<float*>(conv_bias_grad.data_ptr()),
+        batch, out_channels, g, engine, workspace_bytes, ws.get(), stream);
+    TORCH_CHECK(err == cudaSuccess, "scratchops: conv2d_min_add_mul gradients failed: ",
+                cudaGetErrorString(err));
+    return FourGrads{dx, dw, conv_bias_grad, bias_grad};
+}
+
 // P31's four gradients from the kept shares, for a backward that wants both dx and dW: (dx,
 // dW, the conv bias's gradient, the bias's). Where conv2d's gradients share dy's
 // channels-last copy (shared_grads), the min's rule writes its gradient channels-last into the
@@ -994,6 +1037,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> conv2d_min_add_mul_grads_kept_cuda(
     const Tensor& grad, const Tensor& halves, const Tensor& x, const Tensor& weight,
     double factor, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
     int64_t workspace_bytes, int64_t gemm_version) {
+    if (auto fused = min_add_mul_conv_grads_float(grad, halves, x, weight, factor, stride,
+                                                  padding, dilation, workspace_bytes,
+                                                  gemm_version))
+        return *fused;
     const SharedGrads shared =
         shared_grads(grad, x, weight, stride, padding, dilation, workspace_bytes, gemm_version);
     if (shared.bytes == 0) {
