@@ -153,11 +153,12 @@ struct WeightGradRows {
 
 // B: dy (N, Cout, OH, OW) as the engine's N x K matrix of each entry, B(entry, co, k) the
 // gradient at slot k of the entry's slice (0 for a padding slot, past the last row, or past
-// Cout). pack_b's warps read 32 consecutive k of a row of B: consecutive pixels of dy. Where
-// `halves` is given (P31's shares, dy's shape), B is the min's gradient instead, computed
-// from dy and the share as the min's own pass computes it (min_rule_from_halves), so that the
-// packing reads what that pass would otherwise write and this one read again.
-template <class T>
+// Cout). pack_b's warps read 32 consecutive k of a row of B: consecutive pixels of dy. With
+// kMinRule, B is the min's gradient instead, computed from dy and `halves` (P31's shares, dy's
+// shape) as the min's own pass computes it (min_rule_from_halves), so that the packing reads
+// what that pass would otherwise write and this one read again. (A type of its own: a
+// run-time test took 10 more registers a thread, and the plain packing's occupancy with them.)
+template <class T, bool kMinRule = false>
 struct DyColumns {
     const T* dy;
     int cout, out_w;
@@ -165,11 +166,12 @@ struct DyColumns {
     OutputRows rows;
     int first_entry;  // as WeightGradRows's
     FastDiv by_row_len;  // s.row_len
-    const uint8_t* halves;  // nullptr: B is dy itself
-    float factor;           // (with halves) the min's factor
+    const uint8_t* halves;  // (kMinRule) the shares
+    float factor;           // (kMinRule) the min's factor
     __device__ float gradient(const T* p) const {
-        if (halves == nullptr) return to_float(*p);
-        return to_float(min_rule_from_halves<T>(to_float(*p), factor, halves[p - dy]));
+        if constexpr (kMinRule)
+            return to_float(min_rule_from_halves<T>(to_float(*p), factor, halves[p - dy]));
+        return to_float(*p);
     }
     // Where slot k of the entry's output rows lies in dy: nullptr in the padding (channels
     // past cout, slots past OW or past the last row), with `left` of the row's pixels from it.
@@ -196,7 +198,7 @@ struct DyColumns {
         if (p == nullptr) return make_float2(0.0f, 0.0f);
         if (left < 2) return make_float2(gradient(p), 0.0f);  // the row's last pixel
         if constexpr (is_half_type<T>())
-            if (halves == nullptr && reinterpret_cast<std::uintptr_t>(p) % 4 == 0)
+            if (!kMinRule && reinterpret_cast<std::uintptr_t>(p) % 4 == 0)
                 return PairOf<T>::widened(*reinterpret_cast<const typename PairOf<T>::type*>(p));
         return make_float2(gradient(p), gradient(p + 1));
     }
@@ -240,10 +242,18 @@ cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeome
     const OutputRows rows{g.out_h, FastDiv(static_cast<uint32_t>(g.out_h))};
     const tc::PackedB layout = tc::packed_b_layout<Op>(kTcBN, out_channels, s.slice_len(),
                                                         entries);
-    cudaError_t err = tc::pack_b<kTcBN, Op, false, /*kDeferCross=*/true, kTf32>(
-        DyColumns<T>{dy, out_channels, g.out_w, s, rows, entry0,
-                     FastDiv(static_cast<uint32_t>(s.row_len)), halves, factor},
-        packed, layout, stream);
+    const FastDiv by_row_len(static_cast<uint32_t>(s.row_len));
+    auto pack = [&](auto min_rule) {
+        return tc::pack_b<kTcBN, Op, false, /*kDeferCross=*/true, kTf32>(
+            DyColumns<T, decltype(min_rule)::value>{dy, out_channels, g.out_w, s, rows, entry0,
+                                                    by_row_len, halves, factor},
+            packed, layout, stream);
+    };
+    cudaError_t err = cudaErrorInvalidValue;  // (the rule: float's 3xTF32 alone takes it)
+    if (halves == nullptr)
+        err = pack(std::false_type{});
+    else if constexpr (std::is_same_v<T, float> && !kTf32)
+        err = pack(std::true_type{});
     if (err != cudaSuccess) return err;
     const WeightGradRows<T, Op> loader{
         x, g, s, rows, entry0,
