@@ -4,8 +4,9 @@
 // conv_input_grad_swapped.cuh, its launch in conv_input_grad_swapped_launch.cuh), the weight
 // gradient v2, an implicit GEMM in ordered slices (conv_weight_grad_implicit.cuh), and its
 // v3, both operands staged by the copy engine (conv_weight_grad_staged.cuh, its launch in
-// conv_weight_grad_staged_launch.cuh), and the two at once with dy's copy shared
-// (conv2d_grads_shared_launch, at the end). Included by
+// conv_weight_grad_staged_launch.cuh), the two at once with dy's copy shared
+// (conv2d_grads_shared_launch), and P31's four at once in float with the min's rule inside
+// both gradients' passes (min_add_mul_conv_grads_launch, at the end). Included by
 // conv_backward.cu after the helpers every version shares (GradShape, aligned_elements, the
 // flipped weights' geometry and workspace).
 #pragma once
@@ -333,8 +334,9 @@ cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight,
 // input gradient v4 instead of the gradient itself, and the weight gradient v2's packing
 // computes the rule again from dy and the shares. The workspace: the two parts (the batch's,
 // each as large as dy), the rule's partial sums, v4's packed weights, then the weight
-// gradient's workspace at the budget. The parts and packed weights lie outside the budget, as
-// the gradient the two operators apart would write does.
+// gradient's workspace at the budget. One part stands where the rule's gradient would lie in
+// the operators apart, outside the budget; the other part and the packed weights must fit the
+// budget, as v4's chunk of parts must there (else the operators apart run).
 struct MinAddMulGrads {
     long long part, sums, packed, weight_grad;  // bytes, each 16-byte aligned
     long long total() const { return 2 * part + sums + packed + weight_grad; }
@@ -361,7 +363,9 @@ long long min_add_mul_conv_grads_bytes(int batch, int out_channels, const Conv2d
                             ((g.width + swapped::kTileCols - 1) / swapped::kTileCols) *
                             ((g.channels + swapped::kTileRows - 1) / swapped::kTileRows) * batch;
     if (tiles > kMaxInt32Count) return 0;
-    return min_add_mul_conv_grads_layout(batch, out_channels, g, engine, budget).total();
+    const MinAddMulGrads layout =
+        min_add_mul_conv_grads_layout(batch, out_channels, g, engine, budget);
+    return layout.part + layout.packed <= budget ? layout.total() : 0;
 }
 
 cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves, const float* x,

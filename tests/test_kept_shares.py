@@ -315,7 +315,15 @@ def test_float_gradients_at_once_apply_the_rule_inside_both_passes(x_shape, w_sh
                 assert (a.double() - ref).abs().max().item() <= 1e-5 * scale
     finite_dy = dy.nan_to_num(0.0, 0.0, 0.0)  # (opcheck compares results without equal_nan)
     _, halves = OPS._conv2d_min_add_mul_keeping(x, w, cb, *window, 1.0, b, 2.0)
+    args = (finite_dy, halves, x.detach(), w.detach(), 2.0, *window)
+    version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
     torch.library.opcheck(OPS._conv2d_min_add_mul_grads_kept.default,
-                          (finite_dy, halves, x.detach(), w.detach(), 2.0, *window,
-                           TENSOR_CORE_GRAD_WORKSPACE_BYTES,
-                           scratchops.versions.GEMM_TENSOR_CORE_VERSION))
+                          (*args, TENSOR_CORE_GRAD_WORKSPACE_BYTES, version))
+    # A budget that dy's bytes do not fit: the parts apart (the rule's own pass, v2's input
+    # gradient), the same gradients within float's rounding.
+    at_once = OPS._conv2d_min_add_mul_grads_kept(*args, TENSOR_CORE_GRAD_WORKSPACE_BYTES, version)
+    calls = launches(lambda: OPS._conv2d_min_add_mul_grads_kept(*args, 1, version))
+    assert not any(split_rule in name for name in calls)
+    for a, b_ in zip(OPS._conv2d_min_add_mul_grads_kept(*args, 1, version), at_once):
+        scale = b_.abs().max().item()
+        torch.testing.assert_close(a, b_, rtol=0, atol=1e-5 * scale)
