@@ -6,9 +6,12 @@
 // conv2d_grads_shared_launch). In P31's backward that dy is the min's gradient, which v2 wrote
 // NCHW in one pass (reading the output's gradient and the kept shares) and the copy then read
 // and wrote again. Here the rule fills channels_last.cuh's transposing tile and its store half
-// writes the copy: two passes over the gradient's bytes made one. The two bias gradients come
-// on the way, summed in an order of this pass's own (below), fixed by the shape: the same bits
-// on every run and GPU, which may differ from channel_sums' in the last bit.
+// writes the copy: two passes over the gradient's bytes made one. In float (3xTF32) it can
+// store each tile twice instead, as the two TF32 parts the input gradient v4 reads
+// (min_add_mul_backward_kept_split_launch; v4's own split pass then has nothing to do). The
+// two bias gradients come on the way, summed in an order of this pass's own (below), fixed by
+// the shape: the same bits on every run and GPU, which may differ from channel_sums' in the
+// last bit.
 //
 // dx[n][p][c] = dy[n][c][p] * factor * halves[n][c][p] / 2 (T rounded as v2: element.cuh),
 // bias_grad[c] = factor * sum of dy over channel c, conv_bias_grad[c] = sum of dx over it.
