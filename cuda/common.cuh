@@ -52,7 +52,8 @@ __host__ __device__ __forceinline__ uint8_t min_gradient_halves(float v, float c
     return v > c ? 0 : v == c ? 1 : 2;
 }
 // The min's gradient from a value's share in halves: dy * factor, rounded to T as torch's
-// operator in T leaves it, times halves / 2 (exact): what every form of the rule writes
+// operator in T leaves it, times halves / 2 (0, a half or all of it; exact but where a half
+// is subnormal): what every form of the rule writes
 // (channelwise_backward.cu, min_add_mul_backward_channels_last.cu) and what the weight
 // gradient's packing computes in their place (conv_weight_grad_implicit.cuh's DyColumns).
 template <class T>

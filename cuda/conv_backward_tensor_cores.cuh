@@ -336,10 +336,11 @@ cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight,
 // each as large as dy), the rule's partial sums, v4's packed weights, then the weight
 // gradient's workspace at the budget. One part stands where the rule's gradient would lie in
 // the operators apart, outside the budget; the other part and the packed weights must fit the
-// budget, as v4's chunk of parts must there (else the operators apart run).
-struct MinAddMulGrads {
-    long long part, sums, packed, weight_grad;  // bytes, each 16-byte aligned
-    long long total() const { return 2 * part + sums + packed + weight_grad; }
+// budget, and so must v4's chunk of one image's parts, as there (else the operators apart
+// run: where they would run v2, this form's v4 would give other bits).
+struct MinAddMulGrads {  // bytes, each 16-byte aligned
+    long long part, sums, packed_weights, weight_grad;
+    long long total() const { return 2 * part + sums + packed_weights + weight_grad; }
 };
 inline MinAddMulGrads min_add_mul_conv_grads_layout(int batch, int out_channels,
                                                     const Conv2dGeometry& g,
@@ -356,16 +357,12 @@ long long min_add_mul_conv_grads_bytes(int batch, int out_channels, const Conv2d
                                        TensorCorePath engine, bool tf32, long long budget) {
     if (batch <= 0 || !input_grad_is_a_convolution(g) ||
         !swapped::applies(out_channels, g, engine, tf32) ||
-        swapped::workspace_floats(out_channels, g).packed > kMaxInt32Count)
+        swapped::chunk_images(batch, out_channels, g, budget) == 0 ||
+        swapped::tiles(g, batch) > kMaxInt32Count)  // (v4 would then run in chunks, apart)
         return 0;
-    // (v4's tile index, which its launch would refuse: v4 then runs in chunks, apart)
-    const long long tiles = static_cast<long long>(g.height) *
-                            ((g.width + swapped::kTileCols - 1) / swapped::kTileCols) *
-                            ((g.channels + swapped::kTileRows - 1) / swapped::kTileRows) * batch;
-    if (tiles > kMaxInt32Count) return 0;
     const MinAddMulGrads layout =
         min_add_mul_conv_grads_layout(batch, out_channels, g, engine, budget);
-    return layout.part + layout.packed <= budget ? layout.total() : 0;
+    return layout.part + layout.packed_weights <= budget ? layout.total() : 0;
 }
 
 cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves, const float* x,
@@ -381,7 +378,7 @@ cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves
     auto* small = reinterpret_cast<float*>(base + layout.part);
     auto* sums = reinterpret_cast<float*>(base + 2 * layout.part);
     auto* packed = reinterpret_cast<float*>(base + 2 * layout.part + layout.sums);
-    uint8_t* weight_grad_workspace = base + 2 * layout.part + layout.sums + layout.packed;
+    uint8_t* weight_grad_workspace = base + 2 * layout.part + layout.sums + layout.packed_weights;
     cudaError_t err = min_add_mul_backward_kept_split_launch(
         dy, halves, big, small, bias_grad, conv_bias_grad, batch, out_channels,
         g.out_h * g.out_w, factor, sums, stream);

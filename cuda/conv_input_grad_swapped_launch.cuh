@@ -51,6 +51,13 @@ inline int chunk_images(int batch, int out_channels, const Conv2dGeometry& g,
     return images < batch ? static_cast<int>(images) : batch;
 }
 
+// The tiles of `images` images (the walk's: Walk::tile), as a long long: the launch refuses
+// more than an int holds.
+inline long long tiles(const Conv2dGeometry& g, int images) {
+    return static_cast<long long>(g.height) * ((g.width + kTileCols - 1) / kTileCols) *
+           ((g.channels + kTileRows - 1) / kTileRows) * images;
+}
+
 // The launch's fixed part: the kernel's shared memory allowed, the walk but its tiles, and
 // the flipped weights packed into `packed` (workspace_floats' packed floats).
 inline cudaError_t prepare(Params& params, const float* weight, int out_channels,
@@ -90,8 +97,8 @@ inline cudaError_t run_on_parts(Params& params, const float* big, const float* s
                                 float* dx, int count, int out_channels, const Conv2dGeometry& g,
                                 cudaStream_t stream) {
     Walk& w = params.walk;
-    const long long tiles = static_cast<long long>(g.height) * w.col_tiles * w.m_tiles * count;
-    if (tiles > kMaxInt32Count) return cudaErrorInvalidValue;
+    const long long count_tiles = tiles(g, count);
+    if (count_tiles > kMaxInt32Count) return cudaErrorInvalidValue;
     const uint64_t dims[4] = {static_cast<uint64_t>(out_channels), static_cast<uint64_t>(g.out_w),
                               static_cast<uint64_t>(g.out_h), static_cast<uint64_t>(count)};
     const uint64_t strides[3] = {dims[0] * 4, dims[0] * dims[1] * 4,
@@ -102,7 +109,7 @@ inline cudaError_t run_on_parts(Params& params, const float* big, const float* s
         err = make_tensor_map_4d(&params.small_map, small, 4, dims, strides, box);
     if (err != cudaSuccess) return err;
     params.dx = dx;
-    w.tiles = static_cast<int>(tiles);
+    w.tiles = static_cast<int>(count_tiles);
     const int workers = (w.tiles + kConsumers - 1) / kConsumers;
     const int ctas = workers < sm_count() ? workers : sm_count();
     swapped_kernel<<<ctas, kThreads, kSmemBytes, stream>>>(params);

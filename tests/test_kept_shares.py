@@ -3,7 +3,8 @@ is wanted, runs the keeping operator torch.ops.scratchops._conv2d_min_add_mul_ke
 store also writes each output's share of the min's gradient (a byte, in halves); the backward
 reads those bytes instead of computing the convolution again. Held here to the operator that
 keeps nothing (its backward recomputes the convolution): the same output, shares equal to the
-min's rule applied to the convolution's own output, and bitwise the same gradients."""
+min's rule applied to the convolution's own output, and bitwise the same gradients (but the
+two bias sums of the four-at-once forms, added in their channels-last pass's order)."""
 
 import pytest
 import torch
@@ -259,7 +260,7 @@ def test_half_gradients_at_once_write_the_rule_channels_last(x_shape, w_shape, p
 
 # (x shape, weight shape, padding) where float's four gradients take their fused form (TF32
 # off, the wgmma engine, dy's channels at least 32 and a multiple of 4, dx rows at least 64
-# wide): P31's channels on an odd output width, batch 1 with 3 input channels and 36 output
+# wide): P31's channels on 68-pixel rows, batch 1 with 3 input channels and 36 output
 # channels (a k-block and 4 past it), 70 input channels (a second dx tile, 6 wide) with 130-
 # pixel rows, and a 1 x 1 kernel.
 FLOAT_FUSED_SHAPES = [((2, 64, 9, 70), (128, 64, 3, 3), 0), ((1, 3, 7, 67), (36, 3, 3, 3), 1),
@@ -275,7 +276,8 @@ def test_float_gradients_at_once_apply_the_rule_inside_both_passes(x_shape, w_sh
     gradient. dx and dW have the bits of the operator that keeps nothing (its backward
     recomputes the convolution and runs the rule and the two gradients apart), with a NaN and
     an Inf in dy; with finite values they are within 1e-5 of float64 relative to the largest
-    value; the two bias sums within float's rounding of the float64 sums."""
+    value; the two bias sums within float's rounding of the float64 sums (added in the
+    channels-last pass's order, so not always channel_sums' bits)."""
     skip_unless_runnable("cuda", operator="conv2d_min_add_mul")
     if not HOPPER:
         pytest.skip("the input gradient v4 needs the wgmma engine and tensor maps (an sm_90 GPU)")
@@ -319,11 +321,35 @@ def test_float_gradients_at_once_apply_the_rule_inside_both_passes(x_shape, w_sh
     version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
     torch.library.opcheck(OPS._conv2d_min_add_mul_grads_kept.default,
                           (*args, TENSOR_CORE_GRAD_WORKSPACE_BYTES, version))
-    # A budget that dy's bytes do not fit: the parts apart (the rule's own pass, v2's input
-    # gradient), the same gradients within float's rounding.
+    # A budget that dy's bytes do not fit: the parts apart (the rule's own pass, then the two
+    # gradients as the operators alone run them), the same gradients within 1e-5 of the
+    # largest.
     at_once = OPS._conv2d_min_add_mul_grads_kept(*args, TENSOR_CORE_GRAD_WORKSPACE_BYTES, version)
     calls = launches(lambda: OPS._conv2d_min_add_mul_grads_kept(*args, 1, version))
     assert not any(split_rule in name for name in calls)
     for a, b_ in zip(OPS._conv2d_min_add_mul_grads_kept(*args, 1, version), at_once):
         scale = b_.abs().max().item()
         torch.testing.assert_close(a, b_, rtol=0, atol=1e-5 * scale)
+
+
+def test_float_gradients_at_once_follow_the_input_gradient_apart_at_batch_1():
+    """At batch 1 a budget can hold one of dy's two parts beside v4's packed weights but not
+    one image's two parts, where the input gradient alone runs v2, not v4. The four at once
+    then run apart too, so that dx's bits do not depend on which form ran."""
+    skip_unless_runnable("cuda", operator="conv2d_min_add_mul")
+    if not HOPPER:
+        pytest.skip("the input gradient v4 needs the wgmma engine and tensor maps (an sm_90 GPU)")
+    _tf32(False)
+    x, w, cb, b = _inputs((1, 16, 4, 64), (32, 16, 1, 1), torch.float32, "random")
+    window = ([1, 1], [0, 0], [1, 1])
+    dy = rand(1, 32, 4, 64)
+    _, halves = OPS._conv2d_min_add_mul_keeping(x, w, cb, *window, 0.25, b, 2.0)
+    # (a part: 32 x 256 floats, 32 KB; v4's packed weights 8 KB; an image's two parts 64 KB)
+    budget, version = 56 * 1024, scratchops.versions.GEMM_TENSOR_CORE_VERSION
+    args = (dy, halves, x, w, 2.0, *window, budget, version)
+    calls = launches(lambda: OPS._conv2d_min_add_mul_grads_kept(*args))
+    assert not any("kept_channels_last_kernel<float, true>" in name for name in calls)
+    ours = OPS._conv2d_min_add_mul_grads_kept(*args)
+    conv_grad = OPS._min_add_mul_backward_kept(dy, halves, 2.0)[0]
+    alone = OPS._conv2d_input_grad(conv_grad, w, list(x.shape), *window, budget, version)
+    torch.testing.assert_close(ours[0], alone, rtol=0, atol=0, equal_nan=True)
