@@ -177,6 +177,14 @@ SHARED_SHAPES = [((2, 64, 20, 23), (72, 64, 3, 3), 1), ((3, 64, 13, 17), (64, 64
                  ((1, 64, 66, 130), (128, 64, 3, 3), 0)]
 
 
+def _rule_gradient(dy, x, w, cb, window):
+    """The min's gradient (constant 1, factor 2) from the convolution computed again."""
+    with torch.no_grad():
+        conv = OPS.conv2d(x, w, cb, *window, CONV2D_ALGORITHMS["implicit_gemm"],
+                          DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION)
+        return OPS._min_add_mul_backward(dy, conv, 1.0, 2.0)
+
+
 def _sums_close(ours, terms, dtype):
     """ours: per-channel sums of terms (N, C, H, W) rounded to dtype, held to the float64 sums:
     one rounding to dtype, plus float's error on the sum of the magnitudes; NaN where a term
@@ -220,10 +228,7 @@ def test_half_gradients_at_once_write_the_rule_channels_last(x_shape, w_shape, p
     theirs = torch.autograd.grad(recomputed, leaves, dy)
     for a, b_ in zip(ours[:2], theirs[:2]):
         torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
-    with torch.no_grad():
-        conv = OPS.conv2d(x, w, cb, *window, CONV2D_ALGORITHMS["implicit_gemm"],
-                          DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION)
-        conv_grad = OPS._min_add_mul_backward(dy, conv, 1.0, 2.0)
+    conv_grad = _rule_gradient(dy, x, w, cb, window)
     assert conv_grad.isnan().any() and conv_grad.isfinite().any()
     _sums_close(ours[2], conv_grad, dtype)
     _sums_close(ours[3], 2.0 * dy.double(), dtype)
@@ -302,10 +307,7 @@ def test_float_gradients_at_once_apply_the_rule_inside_both_passes(x_shape, w_sh
         theirs = torch.autograd.grad(recomputed, leaves, dy, retain_graph=True)
         for a, b_ in zip(ours[:2], theirs[:2]):
             torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
-        with torch.no_grad():
-            conv = OPS.conv2d(x, w, cb, *window, CONV2D_ALGORITHMS["implicit_gemm"],
-                              DEFAULT_CONV_WORKSPACE_BYTES, DEFAULT_IM2COL_GEMM_VERSION)
-            conv_grad = OPS._min_add_mul_backward(dy, conv, 1.0, 2.0)
+        conv_grad = _rule_gradient(dy, x, w, cb, window)
         _sums_close(ours[2], conv_grad, torch.float32)
         _sums_close(ours[3], 2.0 * dy.double(), torch.float32)
         if values == "finite":  # dx and dW against float64 (torch's conv2d in float64)
