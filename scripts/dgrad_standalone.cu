@@ -13,7 +13,7 @@
 // Build (the repository root as working directory):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda -o /tmp/dgrad \
 //        scripts/dgrad_standalone.cu cuda/transpose.cu cuda/gemm.cu cuda/conv_implicit.cu \
-//        cuda/tf32_round.cu cuda/conv_im2col.cu
+//        cuda/tf32_round.cu cuda/conv_im2col.cu cuda/min_add_mul_backward_channels_last.cu
 //   /tmp/dgrad check && /tmp/dgrad time 128 64 128 128 128
 #include "conv_backward.cu"
 #include "standalone_driver.cuh"

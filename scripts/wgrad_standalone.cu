@@ -10,14 +10,18 @@
 //          value that rounds up to Inf in dy, by hash alone
 //   time N C H W K   the median of 20 calls (CUDA events, no L2 flush: the call reads 1 GB
 //          at P31's size) of a 3x3 convolution's weight gradient, 3xTF32 and TF32
+//   rule N C H W K   P31's form (3xTF32): the weight gradient of the min's gradient computed
+//          by the packing from dy and random shares (DyColumns<float, true>) against the
+//          plain weight gradient of that gradient made first; medians of 20 calls in turns,
+//          and whether the two dW have the same bits (they must)
 // Build (the repository root as working directory; with -I pointing at another tree's cuda/
 // to build that tree's kernels instead):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda -o /tmp/wgrad \
 //        scripts/wgrad_standalone.cu cuda/transpose.cu cuda/gemm.cu cuda/conv_implicit.cu \
-//        cuda/tf32_round.cu cuda/conv_im2col.cu
+//        cuda/tf32_round.cu cuda/conv_im2col.cu cuda/min_add_mul_backward_channels_last.cu
 //   /tmp/wgrad check && /tmp/wgrad time 128 64 128 128 128
-// (conv_backward.cu's other launchers need those files; the weight gradient itself uses only
-// transpose.cu's batch sum.)
+// (conv_backward.cu's other launchers need those files, P31's four gradients at once the
+// min's pass; the weight gradient itself uses only transpose.cu's batch sum.)
 #include "conv_backward.cu"
 #include "standalone_driver.cuh"
 #include <algorithm>
@@ -56,17 +60,27 @@ struct Result {
     int nans, infs;
 };
 
+// A shape's 3 x 3, stride-1, unpadded convolution and its tensors' element counts.
+struct Sizes {
+    Conv2dGeometry g;
+    size_t x_count, dy_count, dw_count;
+};
+static Sizes sizes_of(const Shape& shape) {
+    const int out_h = shape.height - 2, out_w = shape.width - 2;
+    return {{shape.channels, shape.height, shape.width, 3, 3, 1, 1, 0, 0, 1, 1, out_h, out_w},
+            size_t(shape.n_images) * shape.channels * shape.height * shape.width,
+            size_t(shape.n_images) * shape.out_channels * out_h * out_w,
+            size_t(shape.out_channels) * shape.channels * 9};
+}
+
 // One shape, 3x3 and stride 1: x and dy uniform in [-1, 1] (with_nonfinite: Inf, NaN and
 // +-0x7f7ff123, which rounds up to Inf as a TF32, put into dy), dW poisoned with NaN, one call
 // checked, then `reps` calls timed; the error against the reference where `compare`.
 static Result weight_grad(const Shape& shape, bool tf32, int reps, bool compare,
                           bool with_nonfinite) {
-    const int out_h = shape.height - 2, out_w = shape.width - 2;
-    const Conv2dGeometry g{shape.channels, shape.height, shape.width, 3, 3, 1, 1, 0, 0, 1, 1,
-                           out_h, out_w};
-    const size_t x_count = size_t(shape.n_images) * shape.channels * shape.height * shape.width;
-    const size_t dy_count = size_t(shape.n_images) * shape.out_channels * out_h * out_w;
-    const size_t dw_count = size_t(shape.out_channels) * shape.channels * 9;
+    const Sizes z = sizes_of(shape);
+    const Conv2dGeometry& g = z.g;
+    const size_t x_count = z.x_count, dy_count = z.dy_count, dw_count = z.dw_count;
     std::vector<float> x(x_count), dy(dy_count), dw(dw_count);
     std::mt19937 generator(7);
     std::uniform_real_distribution<float> uniform(-1.f, 1.f);
@@ -135,6 +149,67 @@ static Result weight_grad(const Shape& shape, bool tf32, int reps, bool compare,
     return result;
 }
 
+// The rule's form against the plain one (see the top): x, dy uniform in [-1, 1], shares
+// uniform in {0, 1, 2}, factor 2; the plain form reads dy * 2 * share / 2, made on the host.
+static void rule_vs_plain(const Shape& shape) {
+    const Sizes z = sizes_of(shape);
+    const Conv2dGeometry& g = z.g;
+    const size_t x_count = z.x_count, dy_count = z.dy_count, dw_count = z.dw_count;
+    const float factor = 2.0f;
+    std::vector<float> x(x_count), dy(dy_count), rule(dy_count), dw(dw_count);
+    std::vector<uint8_t> halves(dy_count);
+    std::mt19937 generator(11);
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    for (float& v : x) v = uniform(generator);
+    for (size_t i = 0; i < dy_count; ++i) {
+        dy[i] = uniform(generator);
+        halves[i] = static_cast<uint8_t>(generator() % 3);
+        rule[i] = dy[i] * factor * (0.5f * static_cast<float>(halves[i]));  // (exact in fp32)
+    }
+    float *x_gpu, *dy_gpu, *rule_gpu, *dw_gpu, *workspace;
+    uint8_t* halves_gpu;
+    CHECK(cudaMalloc(&x_gpu, x_count * 4));
+    CHECK(cudaMalloc(&dy_gpu, dy_count * 4));
+    CHECK(cudaMalloc(&rule_gpu, dy_count * 4));
+    CHECK(cudaMalloc(&halves_gpu, dy_count));
+    CHECK(cudaMalloc(&dw_gpu, dw_count * 4));
+    CHECK(cudaMemcpy(x_gpu, x.data(), x_count * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dy_gpu, dy.data(), dy_count * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(rule_gpu, rule.data(), dy_count * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(halves_gpu, halves.data(), dy_count, cudaMemcpyHostToDevice));
+    const long long budget = 1LL << 30;  // (versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES)
+    const long long elements = conv2d_grad_workspace_elements<float>(
+        true, shape.n_images, shape.out_channels, g, kGemmTensorCoreVersion,
+        TensorCorePath::kWgmma, false, budget);
+    CHECK(cudaMalloc(&workspace, elements * 4));
+    auto plain = [&] {
+        return weight_grad_implicit<float>(rule_gpu, x_gpu, dw_gpu, shape.n_images,
+                                           shape.out_channels, g, TensorCorePath::kWgmma, false,
+                                           workspace, elements * 4, nullptr);
+    };
+    auto with_rule = [&] {
+        return weight_grad_implicit<float>(dy_gpu, x_gpu, dw_gpu, shape.n_images,
+                                           shape.out_channels, g, TensorCorePath::kWgmma, false,
+                                           workspace, elements * 4, nullptr, halves_gpu, factor);
+    };
+    unsigned long long hashes[2];
+    for (int turn = 0; turn < 2; ++turn)
+        for (int form = 0; form < 2; ++form) {
+            CHECK(cudaMemset(dw_gpu, 0xff, dw_count * 4));  // NaN
+            const float ms = form == 0 ? median_ms(plain, 20) : median_ms(with_rule, 20);
+            CHECK(cudaMemcpy(dw.data(), dw_gpu, dw_count * 4, cudaMemcpyDeviceToHost));
+            hashes[form] = bits_hash(dw);
+            printf("rule N%d C%d H%d W%d K%d %s median %.3f ms hash %016llx\n", shape.n_images,
+                   shape.channels, shape.height, shape.width, shape.out_channels,
+                   form == 0 ? "plain" : "rule ", ms, hashes[form]);
+        }
+    printf("rule: the two forms' dW %s\n", hashes[0] == hashes[1] ? "bit for bit" : "DIFFER");
+    for (void* p : {static_cast<void*>(x_gpu), static_cast<void*>(dy_gpu),
+                    static_cast<void*>(rule_gpu), static_cast<void*>(halves_gpu),
+                    static_cast<void*>(dw_gpu), static_cast<void*>(workspace)})
+        CHECK(cudaFree(p));
+}
+
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "check";
     if (!strcmp(mode, "check")) {
@@ -165,6 +240,10 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    fprintf(stderr, "usage: %s check | time N C H W K\n", argv[0]);
+    if (!strcmp(mode, "rule") && argc == 7) {
+        rule_vs_plain({atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6])});
+        return 0;
+    }
+    fprintf(stderr, "usage: %s check | time N C H W K | rule N C H W K\n", argv[0]);
     return 2;
 }
