@@ -786,6 +786,19 @@ Tensor conv2d_weight_grad_cuda(const Tensor& grad, const Tensor& x, IntArrayRef 
     });
 }
 
+// The checks and the window of a form that computes dx and dW at once (the operators apart
+// check their own arguments, each as it needs).
+Conv2dGeometry grads_at_once_window(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                    IntArrayRef stride, IntArrayRef padding,
+                                    IntArrayRef dilation) {
+    check_tensor(weight, "weight", 4, 4, nullptr, kAll);
+    check_tensor(x, "input", 4, 4, &weight, kAllButBatch);
+    check_tensor(grad, "grad", 4, 4, &x);
+    SCRATCHOPS_ARG(x.size(1) == weight.size(1), "input and weight must have the same C");
+    return conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0),
+                            weight.sizes().slice(2), stride, padding, dilation);
+}
+
 // Whether conv2d's two gradients share dy's channels-last copy (conv2d_grads_shared_bytes):
 // the workspace bytes that takes, 0 where the two operators run apart. Checks the arguments
 // where it can say yes.
@@ -800,13 +813,8 @@ SharedGrads shared_grads(const Tensor& grad, const Tensor& x, const Tensor& weig
     if (x.scalar_type() == at::kFloat || gemm_version != kGemmTensorCoreVersion ||
         x.dim() != 4 || weight.dim() != 4 || x.size(0) == 0)
         return {};  // (the operators apart check every argument and give their errors)
-    check_tensor(weight, "weight", 4, 4, nullptr, kAll);
-    check_tensor(x, "input", 4, 4, &weight, kAllButBatch);
-    check_tensor(grad, "grad", 4, 4, &x);
-    SCRATCHOPS_ARG(x.size(1) == weight.size(1), "input and weight must have the same C");
     SharedGrads s;
-    s.g = conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0),
-                           weight.sizes().slice(2), stride, padding, dilation);
+    s.g = grads_at_once_window(grad, x, weight, stride, padding, dilation);
     s.engine = conv_grad_engine(x, gemm_version);
     s.bytes = with_element_type(x, [&](auto e) {
         using T = typename decltype(e)::type;
@@ -996,14 +1004,8 @@ std::optional<FourGrads> min_add_mul_conv_grads_float(
     if (x.scalar_type() != at::kFloat || gemm_version != kGemmTensorCoreVersion ||
         x.dim() != 4 || weight.dim() != 4 || x.size(0) == 0)
         return std::nullopt;  // (the forms apart check every argument and give their errors)
-    check_tensor(weight, "weight", 4, 4, nullptr, kAll);
-    check_tensor(x, "input", 4, 4, &weight, kAllButBatch);
-    check_tensor(grad, "grad", 4, 4, &x);
-    SCRATCHOPS_ARG(x.size(1) == weight.size(1), "input and weight must have the same C");
     const int batch = i32(x.size(0)), out_channels = i32(weight.size(0));
-    const Conv2dGeometry g =
-        conv_grad_window(grad, x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0),
-                         weight.sizes().slice(2), stride, padding, dilation);
+    const Conv2dGeometry g = grads_at_once_window(grad, x, weight, stride, padding, dilation);
     const TensorCorePath engine = conv_grad_engine(x, gemm_version);
     const bool tf32 = conv_grad_tf32(grad, gemm_version, false, batch, out_channels, g) ||
                       conv_grad_tf32(grad, gemm_version, true, batch, out_channels, g);
