@@ -88,12 +88,8 @@ static Result input_grad(const Shape& s, int version, int reps, bool nonfinite) 
         w[w_count / 2] = INFINITY;
         w[1] = 0.5f;  // (a TF32 value exactly: its small part is 0)
     }
-    float *dy_gpu, *w_gpu, *dx_gpu, *workspace;
-    CHECK(cudaMalloc(&dy_gpu, dy_count * 4));
-    CHECK(cudaMalloc(&w_gpu, w_count * 4));
+    float *dy_gpu = to_device(dy), *w_gpu = to_device(w), *dx_gpu, *workspace;
     CHECK(cudaMalloc(&dx_gpu, dx_count * 4));
-    CHECK(cudaMemcpy(dy_gpu, dy.data(), dy_count * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(w_gpu, w.data(), w_count * 4, cudaMemcpyHostToDevice));
     CHECK(cudaMemset(dx_gpu, 0xff, dx_count * 4));  // NaN
     const long long budget = 1LL << 30;  // (versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES)
     const FlippedWeights v2_needs = flipped_weights<float>(s.k, g);

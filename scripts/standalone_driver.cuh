@@ -1,6 +1,6 @@
 // standalone_driver.cuh — what the nvcc-only drivers (wgrad_standalone.cu, dgrad_standalone.cu)
-// share: every CUDA call checked, a call's median time over repeated runs, and a hash of a
-// result's bits (to compare two builds bit for bit).
+// share: every CUDA call checked, a host vector's device copy, a call's median time over
+// repeated runs, and a hash of a result's bits (to compare two builds bit for bit).
 #pragma once
 
 #include <algorithm>
@@ -21,6 +21,15 @@
             exit(1);                                                                   \
         }                                                                              \
     } while (0)
+
+// A device copy of a host vector (cudaFree it when done).
+template <class T>
+T* to_device(const std::vector<T>& values) {
+    T* copy;
+    CHECK(cudaMalloc(&copy, values.size() * sizeof(T)));
+    CHECK(cudaMemcpy(copy, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return copy;
+}
 
 // The median of `reps` runs of call() (a cudaError_t), each between two CUDA events on the
 // default stream (no L2 flush: the calls timed here read a gigabyte or so).

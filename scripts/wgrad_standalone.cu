@@ -93,12 +93,8 @@ static Result weight_grad(const Shape& shape, bool tf32, int reps, bool compare,
         dy[5] = INFINITY, dy[dy_count / 2] = rounds_to_inf, dy[dy_count / 3] = -rounds_to_inf;
         dy[dy_count - 3] = NAN;
     }
-    float *x_gpu, *dy_gpu, *dw_gpu, *workspace;
-    CHECK(cudaMalloc(&x_gpu, x_count * 4));
-    CHECK(cudaMalloc(&dy_gpu, dy_count * 4));
+    float *x_gpu = to_device(x), *dy_gpu = to_device(dy), *dw_gpu, *workspace;
     CHECK(cudaMalloc(&dw_gpu, dw_count * 4));
-    CHECK(cudaMemcpy(x_gpu, x.data(), x_count * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(dy_gpu, dy.data(), dy_count * 4, cudaMemcpyHostToDevice));
     CHECK(cudaMemset(dw_gpu, 0xff, dw_count * 4));  // NaN
     const long long budget = 1LL << 30;  // (versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES)
     const long long elements = conv2d_grad_workspace_elements<float>(
@@ -166,17 +162,10 @@ static void rule_vs_plain(const Shape& shape) {
         halves[i] = static_cast<uint8_t>(generator() % 3);
         rule[i] = dy[i] * factor * (0.5f * static_cast<float>(halves[i]));  // (exact in fp32)
     }
-    float *x_gpu, *dy_gpu, *rule_gpu, *dw_gpu, *workspace;
-    uint8_t* halves_gpu;
-    CHECK(cudaMalloc(&x_gpu, x_count * 4));
-    CHECK(cudaMalloc(&dy_gpu, dy_count * 4));
-    CHECK(cudaMalloc(&rule_gpu, dy_count * 4));
-    CHECK(cudaMalloc(&halves_gpu, dy_count));
+    float *x_gpu = to_device(x), *dy_gpu = to_device(dy), *rule_gpu = to_device(rule);
+    uint8_t* halves_gpu = to_device(halves);
+    float *dw_gpu, *workspace;
     CHECK(cudaMalloc(&dw_gpu, dw_count * 4));
-    CHECK(cudaMemcpy(x_gpu, x.data(), x_count * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(dy_gpu, dy.data(), dy_count * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(rule_gpu, rule.data(), dy_count * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(halves_gpu, halves.data(), dy_count, cudaMemcpyHostToDevice));
     const long long budget = 1LL << 30;  // (versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES)
     const long long elements = conv2d_grad_workspace_elements<float>(
         true, shape.n_images, shape.out_channels, g, kGemmTensorCoreVersion,
