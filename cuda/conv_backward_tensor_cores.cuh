@@ -11,6 +11,7 @@
 // flipped weights' geometry and workspace).
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 
 #include "conv_input_grad_swapped_launch.cuh"
@@ -333,14 +334,15 @@ cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight,
 // passes over dy (launchers_backward.h): the rule's pass writes dy's two TF32 parts for the
 // input gradient v4 instead of the gradient itself, and the weight gradient v2's packing
 // computes the rule again from dy and the shares. The workspace: the two parts (the batch's,
-// each as large as dy), the rule's partial sums, v4's packed weights, then the weight
-// gradient's workspace at the budget. One part stands where the rule's gradient would lie in
+// each as large as dy), the rule's partial sums and v4's packed weights; the weight gradient
+// runs after v4 on the same stream, when all of those are dead, so its workspace (at the
+// budget) lies over them from byte 0. One part stands where the rule's gradient would lie in
 // the operators apart, outside the budget; the other part and the packed weights must fit the
 // budget, and so must v4's chunk of one image's parts, as there (else the operators apart
 // run: where they would run v2, this form's v4 would give other bits).
 struct MinAddMulGrads {  // bytes, each 16-byte aligned
     long long part, sums, packed_weights, weight_grad;
-    long long total() const { return 2 * part + sums + packed_weights + weight_grad; }
+    long long total() const { return std::max(2 * part + sums + packed_weights, weight_grad); }
 };
 inline MinAddMulGrads min_add_mul_conv_grads_layout(int batch, int out_channels,
                                                     const Conv2dGeometry& g,
@@ -378,7 +380,6 @@ cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves
     auto* small = reinterpret_cast<float*>(base + layout.part);
     auto* sums = reinterpret_cast<float*>(base + 2 * layout.part);
     auto* packed = reinterpret_cast<float*>(base + 2 * layout.part + layout.sums);
-    uint8_t* weight_grad_workspace = base + 2 * layout.part + layout.sums + layout.packed_weights;
     cudaError_t err = min_add_mul_backward_kept_split_launch(
         dy, halves, big, small, bias_grad, conv_bias_grad, batch, out_channels,
         g.out_h * g.out_w, factor, sums, stream);
@@ -389,7 +390,7 @@ cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves
         err = swapped::run_on_parts(params, big, small, dx, batch, out_channels, g, stream);
     if (err != cudaSuccess) return err;
     return weight_grad_implicit<float>(dy, x, dw, batch, out_channels, g, engine, false,
-                                       weight_grad_workspace, layout.weight_grad, stream, halves,
+                                       base, layout.weight_grad, stream, halves,
                                        factor);
 }
 

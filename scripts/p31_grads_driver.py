@@ -38,10 +38,16 @@ def main() -> int:
         apart = ops._conv2d_weight_grad(conv_grad, x, list(w.shape), *window,
                                         TENSOR_CORE_GRAD_WORKSPACE_BYTES,
                                         GEMM_TENSOR_CORE_VERSION)
+        torch.cuda.synchronize()
+        held = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
         together = ops._conv2d_min_add_mul_grads_kept(dy, halves, x, w, 2.0, *window,
                                                       TENSOR_CORE_GRAD_WORKSPACE_BYTES,
                                                       GEMM_TENSOR_CORE_VERSION)
     torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - held
+    print(f"p31_grads_driver: the four at once's peak above what was held: {peak / 1e9:.3f} GB"
+          f" (dy {dy.numel() * 4 / 1e9:.3f} GB)")
     same = torch.equal(apart, together[1])
     print(f"p31_grads_driver: the weight gradient alone and at once bit for bit: {same}")
     return 0 if same else 1

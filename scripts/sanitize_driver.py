@@ -230,6 +230,27 @@ def staged_a_kernels():
         for name, a, b in zip(("dx", "dw", "conv bias", "bias"), at_once, apart):
             check(f"bf16 P31 gradients at once {x_shape}: {name}", a, b, tol=tol)
 
+def float_grads_at_once():
+    """P31's four gradients at once in fp32, TF32 off (min_add_mul_conv_grads_launch: the rule's
+    pass writes dy's two TF32 parts for the input gradient v4, the weight gradient's packing
+    computes the rule, its workspace over the dead parts): P31's channels on 70-pixel rows, and
+    batch 1 with 3 input and 36 output channels, against the same operator run apart (a budget
+    of 1 byte), dx and dW bit for bit."""
+    version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
+    for x_shape, w_shape, padding in (((2, 64, 9, 70), (128, 64, 3, 3), 0),
+                                      ((1, 3, 7, 67), (36, 3, 3, 3), 1)):
+        x, w, bias, b2 = r(*x_shape), r(*w_shape), r(w_shape[0]), r(w_shape[0])
+        window = ([1, 1], [padding] * 2, [1, 1])
+        _, halves = torch.ops.scratchops._conv2d_min_add_mul_keeping(x, w, bias, *window, 0.1,
+                                                                     b2, 2.0)
+        args = (r(*halves.shape), halves, x, w, 2.0, *window)
+        at_once = torch.ops.scratchops._conv2d_min_add_mul_grads_kept(*args, 1 << 30, version)
+        apart = torch.ops.scratchops._conv2d_min_add_mul_grads_kept(*args, 1, version)
+        for name, a, b in zip(("dx", "dw", "conv bias", "bias"), at_once, apart):
+            check(f"fp32 P31 gradients at once {x_shape}: {name}", a, b,
+                  tol=0 if name in ("dx", "dw") else None)
+
+
 def row_ring_kernels():
     """The implicit-GEMM conv's v5 (NCHW rows made channels-last in a ring in shared memory):
     bf16, P31's tail and its keeping form, on one output row an image (every tile starts an
@@ -363,6 +384,7 @@ def main():
         native_half_kernels()
         staged_a_kernels()
         row_ring_kernels()
+        float_grads_at_once()
     x = r(2, 3, 9, 7)
     for version in scratchops.IM2COL_VERSIONS:
         check(f"im2col v{version}", scratchops.im2col(x, (3, 2), 1, 1, 2, version=version),
@@ -409,8 +431,9 @@ def main():
 
 if __name__ == "__main__":
     with tf32_disabled():  # torch's references in true fp32
-        if sys.argv[1:] == ["row_ring"]:  # v5 alone (a short sanitizer run)
-            row_ring_kernels()
+        short_runs = {"row_ring": row_ring_kernels, "grads_at_once": float_grads_at_once}
+        if len(sys.argv) == 2 and sys.argv[1] in short_runs:  # one group alone (a short run)
+            short_runs[sys.argv[1]]()
             print(f"sanitize_driver: {len(failures)} mismatches", *failures, sep="\n")
             sys.exit(1 if failures else 0)
         sys.exit(main())
