@@ -190,6 +190,23 @@ struct DyColumns {
         const T* p = at(entry, co, k, left);
         return p != nullptr ? gradient(p) : 0.0f;
     }
+    // Slots k + tc::kSpacing j, j < 4 (pack_b's spaced items): where the four lie in one row of
+    // slots, one address (the pixels are kSpacing apart in dy's row; a slot from OW on is 0),
+    // else slot by slot.
+    __device__ void spaced(int entry, int co, int k, float (&values)[4]) const {
+        const int ow = k - by_row_len.div(k) * s.row_len;
+        if (ow + 3 * tc::kSpacing >= s.row_len) {  // (the four cross a row's end)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) values[j] = (*this)(entry, co, k + tc::kSpacing * j);
+            return;
+        }
+        int left;
+        const T* p = at(entry, co, k, left);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            values[j] = p != nullptr && tc::kSpacing * j < left ? gradient(p + tc::kSpacing * j)
+                                                                : 0.0f;
+    }
     // Slots k and k + 1 (k even: with row_len even, one output row) together, one 4-byte
     // load where the pair is a whole aligned pair of 16-bit values (PackItem::gather's pairs).
     __device__ float2 pair(int entry, int co, int k) const {

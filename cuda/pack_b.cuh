@@ -36,6 +36,36 @@ __host__ __device__ constexpr bool pairs_consecutive() {
     return true;
 }
 
+// A Source that can also give four k spaced kSpacing apart at once (src.spaced(entry, n, k,
+// values): k, k + 8, k + 16, k + 24), and whether an item's four values are such k in the
+// packed order: in TF32's physical order (physical_k: thread t of a quad reads [8t, 8t + 8)),
+// item chunk c of a row holds k = c, c + 8, c + 16, c + 24 of its k-block. One address a
+// chunk instead of four (the weight gradient's dy: an output row's pixel found by two
+// divisions by invariants, then the three others at fixed offsets in the same row).
+constexpr int kSpacing = 8;
+template <class S, class = void>
+struct SpacedSource : std::false_type {};
+template <class S>
+struct SpacedSource<S, std::void_t<decltype(&S::spaced)>> : std::true_type {};
+template <class Op, bool kNaturalK>
+__host__ __device__ constexpr bool items_spaced() {
+    bool spaced = !Operand<Op>::kNative16;  // (a 16-bit item holds 8 values)
+    for (int c = 0; c < 8; ++c)
+        for (int j = 0; j < 4; ++j)
+            spaced = spaced && packed_k<Op, kNaturalK>(4 * c + j) ==
+                                   packed_k<Op, kNaturalK>(4 * c) + kSpacing * j;
+    return spaced;
+}
+
+// A stage's place, found by multiplications (FastDiv, made on the host once a launch): stage
+// = (entry * n_tiles + tile) * num_kb + kb (PackedB).
+struct StagePlaces {
+    FastDiv by_num_kb, by_n_tiles;
+    explicit StagePlaces(const PackedB& layout)
+        : by_num_kb(static_cast<uint32_t>(layout.num_kb)),
+          by_n_tiles(static_cast<uint32_t>(layout.n_tiles)) {}
+};
+
 // One work item of a stage (stage = (entry * n_tiles + tile) * num_kb + kb, item < 8 BN): the
 // 16-byte chunk c = item % 8 of row n = item / 8, which holds logical columns 4c .. 4c + 3 of
 // row n, written to each of the three tiles (to the first two where pack_b defers the cross
@@ -54,14 +84,26 @@ struct PackItem {
 
     template <int BN, bool kNaturalK, class Source>
     __device__ __forceinline__ void gather(const Source& src, const PackedB& layout) {
-        const int kb = stage % layout.num_kb;
-        const int tile = (stage / layout.num_kb) % layout.n_tiles;
-        const int entry = stage / (layout.num_kb * layout.n_tiles);
+        gather_at<BN, kNaturalK>(src, stage / (layout.num_kb * layout.n_tiles),
+                                 (stage / layout.num_kb) % layout.n_tiles,
+                                 stage % layout.num_kb);
+    }
+    template <int BN, bool kNaturalK, class Source>
+    __device__ __forceinline__ void gather(const Source& src, const StagePlaces& places) {
+        const int entry_tile = places.by_num_kb.div(stage);
+        const int entry = places.by_n_tiles.div(entry_tile);
+        gather_at<BN, kNaturalK>(src, entry, entry_tile - entry * places.by_n_tiles.divisor,
+                                 stage - entry_tile * places.by_num_kb.divisor);
+    }
+    template <int BN, bool kNaturalK, class Source>
+    __device__ __forceinline__ void gather_at(const Source& src, int entry, int tile, int kb) {
         const int c = item % 8, n = item / 8;
         auto k_of = [&](int j) {
             return kb * Operand<Op>::kBlockK + packed_k<Op, kNaturalK>(kValues * c + j);
         };
-        if constexpr (PairSource<Source>::value && pairs_consecutive<Op, kNaturalK>()) {
+        if constexpr (SpacedSource<Source>::value && items_spaced<Op, kNaturalK>()) {
+            src.spaced(entry, tile * BN + n, k_of(0), values);
+        } else if constexpr (PairSource<Source>::value && pairs_consecutive<Op, kNaturalK>()) {
 #pragma unroll
             for (int j = 0; j < kValues; j += 2) {  // (k_of(j + 1) = k_of(j) + 1)
                 const float2 v = src.pair(entry, tile * BN + n, k_of(j));
@@ -130,15 +172,18 @@ struct PackItem {
 // A packing kernel's share of the work, a block a slice of a stage at a time: units
 // blockIdx.x, + gridDim.x, ... of layout.units(), thread threadIdx.x's item of each, gathered
 // from src and handed to use().
+// (layout.slices() for layout.bn == BN, which pack_b checks: a constant, so that a unit's
+// stage and slice cost a shift, not a division.)
 template <int BN, class Op, bool kNaturalK, class Source, class Use>
 __device__ __forceinline__ void for_each_block_item(const Source& src, const PackedB& layout,
-                                                    Use use) {
+                                                    const StagePlaces& places, Use use) {
+    constexpr int kSlices = (8 * BN + kPackThreads - 1) / kPackThreads;
     for (int unit = blockIdx.x; unit < layout.units(); unit += gridDim.x) {
         PackItem<Op> it;
-        it.stage = unit / layout.slices();
-        it.item = unit % layout.slices() * kPackThreads + static_cast<int>(threadIdx.x);
+        it.stage = unit / kSlices;
+        it.item = unit % kSlices * kPackThreads + static_cast<int>(threadIdx.x);
         if (it.item >= 8 * BN) continue;
-        it.template gather<BN, kNaturalK>(src, layout);
+        it.template gather<BN, kNaturalK>(src, places);
         use(it);
     }
 }
@@ -146,9 +191,9 @@ __device__ __forceinline__ void for_each_block_item(const Source& src, const Pac
 // The packing kernel. kCross: the cross tiles too (see pack_b's kDeferCross); kSmall: the
 // small tiles (see pack_b's kOneProduct).
 template <int BN, class Op, bool kNaturalK, bool kCross, bool kSmall, class Source>
-__global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout) {
+__global__ void pack_b_kernel(Source src, uint8_t* packed, PackedB layout, StagePlaces places) {
     bool nonfinite = false;
-    for_each_block_item<BN, Op, kNaturalK>(src, layout, [&](const PackItem<Op>& it) {
+    for_each_block_item<BN, Op, kNaturalK>(src, layout, places, [&](const PackItem<Op>& it) {
         nonfinite = it.template scatter<BN, kCross, kSmall>(packed, layout) || nonfinite;
     });
     const int block_nonfinite = __syncthreads_or(nonfinite);
@@ -169,9 +214,10 @@ __device__ __forceinline__ bool b_has_nonfinite(const uint8_t* packed, const Pac
 // of that pass met a non-finite value (its flags), every stage's cross tile, the same units as
 // that pass; otherwise nothing (the kernels then copy and read no cross tile).
 template <int BN, bool kNaturalK, class Source>
-__global__ void pack_b_cross_kernel(Source src, uint8_t* packed, PackedB layout) {
+__global__ void pack_b_cross_kernel(Source src, uint8_t* packed, PackedB layout,
+                                    StagePlaces places) {
     if (!b_has_nonfinite(packed, layout)) return;
-    for_each_block_item<BN, float, kNaturalK>(src, layout, [&](const PackItem<float>& it) {
+    for_each_block_item<BN, float, kNaturalK>(src, layout, places, [&](const PackItem<float>& it) {
         it.template scatter_cross<BN>(packed, layout);
     });
 }
@@ -253,14 +299,17 @@ cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
                    cudaStream_t stream) {
     constexpr bool kBigOnly = kOneProduct && !Operand<Op>::kNative16;
     constexpr bool kDefer = kDeferCross && !Operand<Op>::kNative16 && !kBigOnly;
+    if (layout.bn != BN || layout.num_kb <= 0 || layout.n_tiles <= 0)
+        return cudaErrorInvalidValue;  // (for_each_block_item's constant slices, StagePlaces)
+    const StagePlaces places(layout);
     // Always layout.pack_blocks() blocks, so that every flag the main kernel reads is written.
     pack_b_kernel<BN, Op, kNaturalK, !kDefer && !kBigOnly, !kBigOnly>
-        <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
+        <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout, places);
     cudaError_t err = cudaGetLastError();
     if constexpr (kDefer) {
         if (err != cudaSuccess) return err;
         pack_b_cross_kernel<BN, kNaturalK>
-            <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout);
+            <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout, places);
         err = cudaGetLastError();
     }
     return err;
