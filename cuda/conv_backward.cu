@@ -79,8 +79,8 @@
 //   P31's four at     (float, 3xTF32) the min's rule applied inside both gradients' passes
 //   once, the rule     over dy: its pass writes v4's two TF32 parts, the weight gradient's
 //   inside             packing computes the rule itself, and no pass writes the rule's
-//                      gradient (min_add_mul_conv_grads_launch; P31's step 13.637 -> 13.474
-//                      ms with the packing's rule a run-time test: docs/notes.md).
+//                      gradient (min_add_mul_conv_grads_launch; P31's step 13.637 -> 13.052
+//                      ms, the weight gradient's workspace over the dead parts: docs/notes.md).
 
 #include "common.cuh"
 #include "launchers.h"
