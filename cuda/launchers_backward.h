@@ -86,8 +86,8 @@ long long conv2d_grads_shared_dy_offset(int out_channels, const Conv2dGeometry& 
 // conv_bias_grad as min_add_mul_backward_kept_channels_last_launch's sums. Where it applies
 // (and the budget holds one of the two parts with v4's packed weights, and one image's two
 // parts with them: conv_backward_tensor_cores.cuh), min_add_mul_conv_grads_bytes is the
-// workspace (16-byte aligned) it takes: twice dy's bytes and a little, plus what the weight
-// gradient takes at the budget; else 0.
+// workspace (16-byte aligned) it takes: twice dy's bytes and a little, or what the weight
+// gradient takes at the budget where that is more (it lies over the parts); else 0.
 long long min_add_mul_conv_grads_bytes(int batch, int out_channels, const Conv2dGeometry& g,
                                        TensorCorePath engine, bool tf32, long long budget);
 cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves, const float* x,

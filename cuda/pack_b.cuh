@@ -61,9 +61,10 @@ __host__ __device__ constexpr bool items_spaced() {
 // = (entry * n_tiles + tile) * num_kb + kb (PackedB).
 struct StagePlaces {
     FastDiv by_num_kb, by_n_tiles;
+    // (An empty layout has no stage to place: its divisors are taken as 1, FastDiv's least.)
     explicit StagePlaces(const PackedB& layout)
-        : by_num_kb(static_cast<uint32_t>(layout.num_kb)),
-          by_n_tiles(static_cast<uint32_t>(layout.n_tiles)) {}
+        : by_num_kb(static_cast<uint32_t>(layout.num_kb > 0 ? layout.num_kb : 1)),
+          by_n_tiles(static_cast<uint32_t>(layout.n_tiles > 0 ? layout.n_tiles : 1)) {}
 };
 
 // One work item of a stage (stage = (entry * n_tiles + tile) * num_kb + kb, item < 8 BN): the
@@ -299,8 +300,7 @@ cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
                    cudaStream_t stream) {
     constexpr bool kBigOnly = kOneProduct && !Operand<Op>::kNative16;
     constexpr bool kDefer = kDeferCross && !Operand<Op>::kNative16 && !kBigOnly;
-    if (layout.bn != BN || layout.num_kb <= 0 || layout.n_tiles <= 0)
-        return cudaErrorInvalidValue;  // (for_each_block_item's constant slices, StagePlaces)
+    if (layout.bn != BN) return cudaErrorInvalidValue;  // (for_each_block_item's slices)
     const StagePlaces places(layout);
     // Always layout.pack_blocks() blocks, so that every flag the main kernel reads is written.
     pack_b_kernel<BN, Op, kNaturalK, !kDefer && !kBigOnly, !kBigOnly>

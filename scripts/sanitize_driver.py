@@ -235,7 +235,11 @@ def float_grads_at_once():
     pass writes dy's two TF32 parts for the input gradient v4, the weight gradient's packing
     computes the rule, its workspace over the dead parts): P31's channels on 70-pixel rows, and
     batch 1 with 3 input and 36 output channels, against the same operator run apart (a budget
-    of 1 byte), dx and dW bit for bit."""
+    of 1 byte), dx and dW bit for bit. (Two of tests/test_kept_shares.py's FLOAT_FUSED_SHAPES,
+    where the tests count the launches: the form runs at the default budget, and apart the
+    input gradient is v4 too, whose flipped weights' workspace holds an image's chunk even at
+    1 byte, so the bits must agree. This driver cannot count launches: compute-sanitizer
+    refuses torch's profiler.)"""
     version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
     for x_shape, w_shape, padding in (((2, 64, 9, 70), (128, 64, 3, 3), 0),
                                       ((1, 3, 7, 67), (36, 3, 3, 3), 1)):
