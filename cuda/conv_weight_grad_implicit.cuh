@@ -246,6 +246,19 @@ inline int chunk_entries(const Slices& s, int taps, int out_channels, long long 
     return entries > 1 ? static_cast<int>(entries) : 1;
 }
 
+// k-blocks whose products one partial sum of the 3xTF32 mode holds before an fp32 add joins it
+// to the total (tf32x3.cuh, "partial sums"), on reductions of at least kPartialGroupFrom slots.
+// At 1 the wgmma pipeline drains and the 64 adds a thread run every k-block: 9 % of the
+// kernel's instructions at P31's size, where 4 took it from 5.41 to 5.14 ms (docs/notes.md,
+// "The weight gradient's partial sums in fours"). A partial sum of 4 k-blocks takes 48
+// truncating accumulations, and on positive data their bias adds up, to about 1e-6 of the
+// result whatever the reduction's length, while fp32's own error grows with that length:
+// torch's was 1.2e-7 on a reduction of 480 slots (4 k-blocks failed the tests' 4x of it) and
+// 1.8e-5 on P31's 2 M. So the short reductions keep a partial sum a k-block, as the forward's
+// do (conv_implicit.cu's kGroupFrom).
+constexpr int kPartialGroup = 4;
+constexpr long long kPartialGroupFrom = 1 << 16;
+
 // One chunk of entries [entry0, entry0 + entries): packing, then the product into the chunk's
 // partials, for products of Op (kTf32: a single product, as every 16-bit mode is); B the
 // min's gradient of dy where halves (DyColumns).
@@ -280,8 +293,15 @@ cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeome
     const RowMajorStore<float> store{
         partials, nullptr, taps, out_channels, out_channels, partial_elements,
         pair_accesses_fit(partials, out_channels, partial_elements)};
-    return tensor_core_launch<kTcBN, kTcMB, kTcStages, 1, kTf32, Op>(
-        engine, loader, store, packed, layout, taps, entries, /*b_shared=*/false, stream);
+    auto launch = [&](auto group) {
+        return tensor_core_launch<kTcBN, kTcMB, kTcStages, decltype(group)::value, kTf32, Op>(
+            engine, loader, store, packed, layout, taps, entries, /*b_shared=*/false, stream);
+    };
+    // (The single-product modes sum a whole tile on the tensor cores: no group to choose.)
+    if constexpr (!kTf32)
+        if (static_cast<long long>(s.total_rows) * s.row_len >= kPartialGroupFrom)
+            return launch(std::integral_constant<int, kPartialGroup>{});
+    return launch(std::integral_constant<int, 1>{});
 }
 
 }  // namespace conv_wgrad

@@ -292,7 +292,8 @@ def test_half_gradients_match_torch(ours, ref, build, settled, dtype):
 @pytest.mark.parametrize("workspace_bytes", [1, scratchops.versions.TENSOR_CORE_GRAD_WORKSPACE_BYTES])
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", [
     ((5, 6, 61, 60), (7, 6, 3, 3), (1, 1), (0, 0), (1, 1)),
-    ((7, 5, 37, 45), (9, 5, 3, 5), (2, 3), (2, 1), (1, 2))])
+    ((7, 5, 37, 45), (9, 5, 3, 5), (2, 3), (2, 1), (1, 2)),
+    ((4, 3, 130, 130), (8, 3, 3, 3), (1, 1), (0, 0), (1, 1))])
 def test_tensor_core_weight_gradient_over_chunks_and_slices(x_shape, w_shape, stride, padding,
                                                             dilation, workspace_bytes, dtype,
                                                             engine):
@@ -301,7 +302,9 @@ def test_tensor_core_weight_gradient_over_chunks_and_slices(x_shape, w_shape, st
     # chunks of one slice (a workspace too small for more) and in one chunk. The first shape
     # has 10 slices of 32 rows, each row 58 pixels in 64 slots; the second strides, pads
     # (reading left of the input's edge) and dilates, with 14 pixels a row in 16 slots and
-    # 2 slices, the second shorter.
+    # 2 slices, the second shorter. The third is the shortest reduction whose 3xTF32 partial
+    # sums hold several k-blocks (conv_weight_grad_implicit.cuh's kPartialGroupFrom: 512 rows
+    # of 128 slots).
     skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
     if engine == "none":
         pytest.skip(NO_TENSOR_CORES_REASON)
