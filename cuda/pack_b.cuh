@@ -190,11 +190,13 @@ __device__ __forceinline__ void for_each_block_item(const Source& src, const Pac
 }
 
 // The packing kernel. kCross: the cross tiles too (see pack_b's kDeferCross); kSmall: the
-// small tiles (see pack_b's kOneProduct). Eight blocks an SM (at most 32 registers a thread):
-// the packing is bound by its loads in flight, and at 33-40 registers (the allocation's unit
-// is 8) six blocks fit, 75 % of the threads.
+// small tiles (see pack_b's kOneProduct). At most 32 registers a thread, so that an SM of 2,048
+// threads (sm_80, sm_90) holds eight blocks: the packing is bound by its loads in flight, and
+// at 33-40 registers (the allocation's unit is 8) six fit, 75 % of the threads. (A register
+// cap, not __launch_bounds__'s eight blocks an SM, which sm_86 and sm_89, 1,536 threads an
+// SM, cannot hold: ptxas refuses it there.)
 template <int BN, class Op, bool kNaturalK, bool kCross, bool kSmall, class Source>
-__global__ void __launch_bounds__(kPackThreads, 8)
+__global__ void __maxnreg__(32)
     pack_b_kernel(Source src, uint8_t* packed, PackedB layout, StagePlaces places) {
     bool nonfinite = false;
     for_each_block_item<BN, Op, kNaturalK>(src, layout, places, [&](const PackItem<Op>& it) {
