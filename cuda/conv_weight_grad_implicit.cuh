@@ -247,15 +247,15 @@ inline int chunk_entries(const Slices& s, int taps, int out_channels, long long 
 }
 
 // k-blocks whose products one partial sum of the 3xTF32 mode holds before an fp32 add joins it
-// to the total (tf32x3.cuh, "partial sums"), on reductions of at least kPartialGroupFrom slots.
-// At 1 the wgmma pipeline drains and the 64 adds a thread run every k-block: 9 % of the
-// kernel's instructions at P31's size, where 4 took it from 5.41 to 5.14 ms (docs/notes.md,
-// "The weight gradient's partial sums in fours"). A partial sum of 4 k-blocks takes 48
-// truncating accumulations, and on positive data their bias adds up, to about 1e-6 of the
-// result whatever the reduction's length, while fp32's own error grows with that length:
-// torch's was 1.2e-7 on a reduction of 480 slots (4 k-blocks failed the tests' 4x of it) and
-// 1.8e-5 on P31's 2 M. So the short reductions keep a partial sum a k-block, as the forward's
-// do (conv_implicit.cu's kGroupFrom).
+// to the total (tf32x3.cuh, "partial sums"; mma_sync_3xtf32.cuh likewise), on reductions of at
+// least kPartialGroupFrom slots. At 1 the 64 adds a thread run every k-block, and on wgmma the
+// pipeline drains there: 9 % of the kernel's instructions at P31's size, where 4 took it from
+// 5.41 to 5.14 ms (docs/notes.md, "The weight gradient's partial sums in fours"). A partial sum
+// of 4 k-blocks takes 48 truncating accumulations: about 1e-6 of the largest |dW| whatever the
+// reduction's length, while fp32's own error grows with that length: torch's was 1.2e-7 of it
+// on a reduction of 480 slots (4 k-blocks failed the tests' 4x of that) and 1.8e-5 on P31's
+// 2 M. So the short reductions keep a partial sum a k-block, as the forward's do
+// (conv_implicit.cu's kGroupFrom).
 constexpr int kPartialGroup = 4;
 constexpr long long kPartialGroupFrom = 1 << 16;
 

@@ -194,9 +194,15 @@ __device__ __forceinline__ void for_each_block_item(const Source& src, const Pac
 // threads (sm_80, sm_90) holds eight blocks: the packing is bound by its loads in flight, and
 // at 33-40 registers (the allocation's unit is 8) six fit, 75 % of the threads. (A register
 // cap, not __launch_bounds__'s eight blocks an SM, which sm_86 and sm_89, 1,536 threads an
-// SM, cannot hold: ptxas refuses it there.)
+// SM, cannot hold: ptxas refuses it there. __maxnreg__ came with CUDA 12.4; an older nvcc
+// builds the packing without the cap: the same results, at fewer blocks an SM.)
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
+#define SCRATCHOPS_PACK_REGISTER_CAP __maxnreg__(32)
+#else
+#define SCRATCHOPS_PACK_REGISTER_CAP
+#endif
 template <int BN, class Op, bool kNaturalK, bool kCross, bool kSmall, class Source>
-__global__ void __maxnreg__(32)
+__global__ void SCRATCHOPS_PACK_REGISTER_CAP
     pack_b_kernel(Source src, uint8_t* packed, PackedB layout, StagePlaces places) {
     bool nonfinite = false;
     for_each_block_item<BN, Op, kNaturalK>(src, layout, places, [&](const PackItem<Op>& it) {

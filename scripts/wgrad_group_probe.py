@@ -1,6 +1,6 @@
 """The fp32 weight gradient's partial sums of several k-blocks against the tests' rule, by the
-reduction's length: conv_weight_grad_implicit.cuh groups 4 k-blocks a partial sum from
-kPartialGroupFrom (65,536) slots on, and a partial sum a k-block below. Per shape and data
+reduction's length: conv_weight_grad_implicit.cuh groups kPartialGroup k-blocks a partial sum
+from kPartialGroupFrom slots on, and a partial sum a k-block below. Per shape and data
 (uniform in [-1, 1] as the tests draw, and in [0, 1], where the truncation's bias does not
 cancel), over fresh draws: the largest of err / (4 x torch fp32's err + 4 ulps of the
 largest |dW|), both against float64, as tests/test_autograd.py's assert_grad_matches counts
@@ -21,7 +21,8 @@ from scratchops.versions import GEMM_TENSOR_CORE_VERSION, TENSOR_CORE_GRAD_WORKS
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_autograd import ULPS  # noqa: E402
 # (batch, channels, out channels): 3 x 3 kernels on 130 x 130 inputs, 128 rows of 128 slots an
-# image: 2 images below kPartialGroupFrom, 4 at it, then longer.
+# image: 2 images below kPartialGroupFrom (as it was written), 4 at it, then longer. On the
+# engine the GPU picks by default (wgmma on sm_90).
 SHAPES = [(2, 3, 8), (4, 3, 8), (16, 3, 8), (128, 3, 8), (4, 64, 128)]
 
 

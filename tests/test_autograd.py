@@ -303,8 +303,8 @@ def test_tensor_core_weight_gradient_over_chunks_and_slices(x_shape, w_shape, st
     # has 10 slices of 32 rows, each row 58 pixels in 64 slots; the second strides, pads
     # (reading left of the input's edge) and dilates, with 14 pixels a row in 16 slots and
     # 2 slices, the second shorter. The third is the shortest reduction whose 3xTF32 partial
-    # sums hold several k-blocks (conv_weight_grad_implicit.cuh's kPartialGroupFrom: 512 rows
-    # of 128 slots).
+    # sums (float's) hold several k-blocks (conv_weight_grad_implicit.cuh's kPartialGroupFrom:
+    # 512 rows of 128 slots).
     skip_unless_runnable("cuda", operator="conv2d_group_norm_pool_clamp")
     if engine == "none":
         pytest.skip(NO_TENSOR_CORES_REASON)
