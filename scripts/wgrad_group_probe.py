@@ -20,6 +20,7 @@ from scratchops.versions import GEMM_TENSOR_CORE_VERSION, TENSOR_CORE_GRAD_WORKS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_autograd import ULPS  # noqa: E402
+
 # (batch, channels, out channels): 3 x 3 kernels on 130 x 130 inputs, 128 rows of 128 slots an
 # image: 2 images below kPartialGroupFrom (as it was written), 4 at it, then longer. On the
 # engine the GPU picks by default (wgmma on sm_90).
