@@ -66,6 +66,11 @@
 //                      MN-major (a pixel's channels one row); no thread gathers x and no pass
 //                      packs dy (conv_weight_grad_staged.cuh). v2's gather and packing took
 //                      2.2 ms of P31's bf16 step, v3 takes 0.43 plus the copies' 0.46.
+//   weight gradient    (float on the wgmma engine, stride 1, output rows of whole k-blocks)
+//   v4 A from a ring   v2 with each consumer warpgroup's A read from a ring of x's input rows
+//                      in shared memory, loaded and split once a tile instead of gathered and
+//                      split by every thread once a tap (conv_weight_grad_row_ring.cuh; P31:
+//                      the GEMM 4.07 -> 3.16 ms, the same bits as v2).
 //   input gradient     (3xTF32 on the wgmma engine, float) v2 with the GEMM's roles swapped:
 //   v4 roles swapped   M = dx's channels (the flipped weights, split in registers), N = 128
 //                      pixels of a dx row (dy made channels-last and split once into its two

@@ -95,19 +95,11 @@ __host__ __device__ inline int v3_smem_bytes(int num_kb) {
 __device__ __forceinline__ int halo_offset(int p, int q) { return p * kHaloPixelBytes + q * 8; }
 
 __device__ __forceinline__ void warpgroup_sync(int warpgroup) {  // its threads only
-    asm volatile("bar.sync %0, %1;" ::"r"(1 + warpgroup), "n"(kWarpgroupThreads)
-                 : "memory");
+    named_barrier_sync(1 + warpgroup, kWarpgroupThreads);
 }
 // The same barrier, returning whether `pred` holds in all the warpgroup's threads.
 __device__ __forceinline__ bool warpgroup_sync_and(int warpgroup, bool pred) {
-    uint32_t all;
-    asm volatile(
-        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n"
-        " bar.red.and.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}"
-        : "=r"(all)
-        : "r"(static_cast<uint32_t>(pred)), "r"(1 + warpgroup), "n"(kWarpgroupThreads)
-        : "memory");
-    return all != 0;
+    return named_barrier_sync_and(1 + warpgroup, kWarpgroupThreads, pred);
 }
 
 // A thread of the v3 kernel: its place in the CTA, its warpgroup and the mma fragments.

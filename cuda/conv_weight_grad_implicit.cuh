@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "conv_implicit.cuh"
+#include "conv_weight_grad_row_ring_launch.cuh"
 #include "gemm_tensor_cores.cuh"
 #include "tensor_core_launch.cuh"
 
@@ -294,7 +295,13 @@ cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeome
         partials, nullptr, taps, out_channels, out_channels, partial_elements,
         pair_accesses_fit(partials, out_channels, partial_elements)};
     auto launch = [&](auto group) {
-        return tensor_core_launch<kTcBN, kTcMB, kTcStages, decltype(group)::value, kTf32, Op>(
+        constexpr int kGroup = decltype(group)::value;
+        if constexpr (std::is_same_v<T, float> && std::is_same_v<Op, float>)  // v4
+            if (wgrad_ring::applies(g, s.row_len, engine, kTf32))
+                return wgrad_ring::launch<kGroup, kTf32>(
+                    wgrad_ring::geometry(x, g, s.row_len, s.rows_per_slice, s.total_rows, entry0),
+                    store, packed, layout, entries, stream);
+        return tensor_core_launch<kTcBN, kTcMB, kTcStages, kGroup, kTf32, Op>(
             engine, loader, store, packed, layout, taps, entries, /*b_shared=*/false, stream);
     };
     // (The single-product modes sum a whole tile on the tensor cores: no group to choose.)

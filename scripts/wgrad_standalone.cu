@@ -4,10 +4,11 @@
 // that a kernel change can be checked, timed and put under compute-sanitizer and ncu without
 // the extension's build on the GPU machine (a few minutes a tree). docs/notes.md ("The
 // weight gradient's dy split by the consumers") used it.
-//   check  five small shapes (odd sizes, a single channel, partial tiles) in 3xTF32 and TF32:
-//          the largest error against a float64 kernel over the largest |dW|, and a hash of
-//          dW's bits (to compare two builds bit for bit); then one shape with Inf, NaN and a
-//          value that rounds up to Inf in dy, by hash alone
+//   check  nine small shapes (odd sizes, a single channel, partial tiles; the last four with
+//          output rows of whole k-blocks, which the weight gradient v4 takes) in 3xTF32 and
+//          TF32: the largest error against a float64 kernel over the largest |dW|, and a hash
+//          of dW's bits (to compare two builds bit for bit); then two shapes with Inf, NaN and
+//          a value that rounds up to Inf in dy (the second, a v4 shape, in x too), by hash
 //   time N C H W K   the median of 20 calls (CUDA events, no L2 flush: the call reads 1 GB
 //          at P31's size) of a 3x3 convolution's weight gradient, 3xTF32 and TF32
 //   rule N C H W K   P31's form (3xTF32): the weight gradient of the min's gradient computed
@@ -74,10 +75,11 @@ static Sizes sizes_of(const Shape& shape) {
 }
 
 // One shape, 3x3 and stride 1: x and dy uniform in [-1, 1] (with_nonfinite: Inf, NaN and
-// +-0x7f7ff123, which rounds up to Inf as a TF32, put into dy), dW poisoned with NaN, one call
-// checked, then `reps` calls timed; the error against the reference where `compare`.
+// +-0x7f7ff123, which rounds up to Inf as a TF32, put into dy; in_x: into x as well), dW
+// poisoned with NaN, one call checked, then `reps` calls timed; the error against the
+// reference where `compare`.
 static Result weight_grad(const Shape& shape, bool tf32, int reps, bool compare,
-                          bool with_nonfinite) {
+                          bool with_nonfinite, bool in_x = false) {
     const Sizes z = sizes_of(shape);
     const Conv2dGeometry& g = z.g;
     const size_t x_count = z.x_count, dy_count = z.dy_count, dw_count = z.dw_count;
@@ -92,6 +94,10 @@ static Result weight_grad(const Shape& shape, bool tf32, int reps, bool compare,
         memcpy(&rounds_to_inf, &rounds_to_inf_bits, 4);
         dy[5] = INFINITY, dy[dy_count / 2] = rounds_to_inf, dy[dy_count / 3] = -rounds_to_inf;
         dy[dy_count - 3] = NAN;
+        if (in_x) {
+            x[7] = -INFINITY, x[x_count / 2] = NAN, x[x_count / 3] = rounds_to_inf;
+            x[x_count - 1] = INFINITY;  // (the last column: read by padding slots alone)
+        }
     }
     float *x_gpu = to_device(x), *dy_gpu = to_device(dy), *dw_gpu, *workspace;
     CHECK(cudaMalloc(&dw_gpu, dw_count * 4));
@@ -202,8 +208,11 @@ static void rule_vs_plain(const Shape& shape) {
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "check";
     if (!strcmp(mode, "check")) {
-        const Shape shapes[] = {{1, 1, 5, 7, 1}, {2, 3, 17, 19, 5}, {3, 64, 20, 23, 128},
-                                {2, 8, 34, 33, 64}, {5, 16, 11, 40, 70}};
+        // (The fourth on are the weight gradient v4's: output rows of whole k-blocks, 32, 64,
+        // 96 and 128 pixels; slices across images, a half-empty tile, a single channel.)
+        const Shape shapes[] = {{1, 1, 5, 7, 1},      {2, 3, 17, 19, 5},   {3, 64, 20, 23, 128},
+                                {2, 8, 34, 33, 64},   {5, 16, 11, 40, 70}, {2, 3, 30, 34, 5},
+                                {3, 64, 20, 66, 128}, {4, 20, 13, 98, 40}, {1, 1, 9, 130, 1}};
         for (const Shape& s : shapes)
             for (int tf32 = 0; tf32 < 2; ++tf32) {
                 const Result r = weight_grad(s, tf32, 0, true, false);
@@ -217,6 +226,9 @@ int main(int argc, char** argv) {
             const Result r = weight_grad({3, 64, 20, 23, 128}, tf32, 0, false, true);
             printf("nonfinite N3 C64 H20 W23 K128 tf32=%d hash %016llx nan %d inf %d\n", tf32,
                    r.hash, r.nans, r.infs);
+            const Result v4 = weight_grad({3, 64, 20, 66, 128}, tf32, 0, false, true, true);
+            printf("nonfinite x and dy N3 C64 H20 W66 K128 tf32=%d hash %016llx nan %d inf %d\n",
+                   tf32, v4.hash, v4.nans, v4.infs);
         }
         return 0;
     }
