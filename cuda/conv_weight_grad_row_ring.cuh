@@ -132,7 +132,8 @@ int smem_bytes(const RingGeometry& r) {
 // kFillValues, and both rings beside B's stages in shared memory.
 inline bool applies(const Conv2dGeometry& g, int row_len, TensorCorePath engine, bool tf32) {
     if (engine != TensorCorePath::kWgmma || g.stride_h != 1 || g.stride_w != 1 ||
-        row_len % kBlockK != 0 || (g.kernel_h - 1) * g.dil_h + 2 > kMaxSlots)
+        g.out_h <= 0 || row_len <= 0 || row_len % kBlockK != 0 ||
+        (g.kernel_h - 1) * g.dil_h + 2 > kMaxSlots)
         return false;
     const RingGeometry r = geometry(nullptr, g, row_len, 1, 1, 0);
     if (r.max_channels * r.ring_width > kFillValues * kWarpgroupThreads) return false;
