@@ -222,7 +222,7 @@ __device__ __forceinline__ bool store_ring_row(const RingGeometry& r, float* rin
         if (f >= count) break;
         const int c = r.by_ring_width.div(f);
         float* at = ring + slot * r.slot_pitch + c * r.channel_pitch + (f - c * r.ring_width);
-        finite = finite && fabsf(v[m]) <= __uint_as_float(0x7f7fffffu);
+        finite = finite && finite_value(v[m]);
         if constexpr (kTf32) {
             at[0] = __uint_as_float(tf32_nearest(v[m]));
         } else {

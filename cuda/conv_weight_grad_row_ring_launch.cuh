@@ -33,7 +33,7 @@ __device__ __forceinline__ void ring_fragments(const float* ring, int plane_floa
             uint32_t sm = kTf32 ? 0u : __float_as_uint(p[plane_floats]);
             if constexpr (kNonfinite) {
                 if (ow0 + 2 * s + e >= out_w) b = sm = 0u;
-                cross[2 * e + h] = (b & 0x7f800000u) != 0x7f800000u ? b : 0u;
+                cross[2 * e + h] = finite_bits(b) ? b : 0u;
             }
             big[2 * e + h] = b;
             small[2 * e + h] = sm;

@@ -42,8 +42,16 @@ struct Tf32Split {
     uint32_t big, small, cross;
 };
 
+// Whether a float (or a TF32) is finite, from its bits (Inf and NaN: exponent all ones) or value.
+__host__ __device__ __forceinline__ bool finite_bits(uint32_t bits) {
+    return (bits & 0x7f800000u) != 0x7f800000u;
+}
+__device__ __forceinline__ bool finite_value(float x) {
+    return fabsf(x) <= __uint_as_float(0x7f7fffffu);  // (FLT_MAX)
+}
+
 __device__ __forceinline__ Tf32Split tf32_parts(float x, uint32_t big) {
-    const bool finite = fabsf(x) <= __uint_as_float(0x7f7fffffu);  // false for Inf and NaN
+    const bool finite = finite_value(x);
     const float remainder = x - __uint_as_float(big);
     const uint32_t small = (__float_as_uint(remainder) + 0x1000u) & 0xffffe000u;
     return {big, finite ? small : 0u, finite ? big : 0u};
@@ -70,7 +78,7 @@ __device__ __forceinline__ Tf32Split split_tf32_truncated(float x) {
 __host__ __device__ __forceinline__ uint32_t tf32_nearest(float x) {
     uint32_t bits;
     memcpy(&bits, &x, 4);
-    const bool finite = (bits & 0x7f800000u) != 0x7f800000u;
+    const bool finite = finite_bits(bits);
     uint32_t nearest;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(nearest) : "f"(x));
@@ -205,16 +213,14 @@ __device__ __forceinline__ void cp_async_or_zero(void* dst, const float* src, bo
         asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, %2, %3;"
                      ::"r"(to), "l"(src), "r"(size), "l"(l2_policy) : "memory");
 }
-// An L2 cache policy (createpolicy, sm_80+) under which the lines an access brings into L2
-// are the first evicted: for data read once (or read again soon), so that it does not push
-// out what a later kernel will read. PTX ISA: "createpolicy".
+// An L2 cache policy (createpolicy, sm_80+) under which the lines an access brings into L2 are
+// the first evicted: for data read once (or again soon), not to push out a later kernel's.
 __device__ __forceinline__ uint64_t l2_evict_first() {
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     return policy;
 }
-// ... and the opposite, lines kept in L2 before others: for data every CTA reads again (a
-// GEMM's packed B).
+// ... and the opposite, lines kept in L2 before others: data every CTA reads (packed B).
 __device__ __forceinline__ uint64_t l2_evict_last() {
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
@@ -331,8 +337,7 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 // The same for global memory read next by the copy engine (a bulk copy, a tensor-map load):
-// the writing threads fence before the barrier that publishes the data, the reading thread
-// after it.
+// the writers fence before the barrier that publishes the data, the reader after it.
 __device__ __forceinline__ void fence_proxy_async_global() {
     asm volatile("fence.proxy.async.global;" ::: "memory");
 }
