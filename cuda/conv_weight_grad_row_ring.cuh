@@ -131,9 +131,13 @@ int smem_bytes(const RingGeometry& r) {
 // product()): stride 1, output rows of whole k-blocks, a thread's share of a ring row within
 // kFillValues, and both rings beside B's stages in shared memory.
 inline bool applies(const Conv2dGeometry& g, int row_len, TensorCorePath engine, bool tf32) {
+    // (The window and a ring row's width bounded first, in 64 bits: geometry()'s int sums
+    // then cannot wrap.)
+    const long long window = (g.kernel_h - 1) * static_cast<long long>(g.dil_h) + 1;
+    const long long ring_width = row_len + (g.kernel_w - 1) * static_cast<long long>(g.dil_w);
     if (engine != TensorCorePath::kWgmma || g.stride_h != 1 || g.stride_w != 1 ||
-        g.out_h <= 0 || row_len <= 0 || row_len % kBlockK != 0 ||
-        (g.kernel_h - 1) * g.dil_h + 2 > kMaxSlots)
+        g.out_h <= 0 || row_len <= 0 || row_len % kBlockK != 0 || window + 1 > kMaxSlots ||
+        ring_width > kFillValues * kWarpgroupThreads)
         return false;
     const RingGeometry r = geometry(nullptr, g, row_len, 1, 1, 0);
     if (r.max_channels * r.ring_width > kFillValues * kWarpgroupThreads) return false;
