@@ -86,6 +86,11 @@
 //   inside             packing computes the rule itself, and no pass writes the rule's
 //                      gradient (min_add_mul_conv_grads_launch; P31's step 13.637 -> 13.052
 //                      ms, the weight gradient's workspace over the dead parts: docs/notes.md).
+//   P31's four at     (float, output rows of whole k-blocks) one pass over dy and the shares
+//   once, one pass     writes both operands, the input gradient v4's two parts and the weight
+//   over dy            gradient's packed B, a chunk of slices at a time before that chunk's
+//                      product, where the two passes above each read them
+//                      (min_add_mul_operands.cuh; conv_grads_min_add_mul.cuh runs both forms).
 
 #include "common.cuh"
 #include "launchers.h"
@@ -230,8 +235,9 @@ long long chunk_images(int batch, const GradShape& s, long long per_image, long 
 }  // namespace
 }  // namespace scratchops
 
-// v2: the tensor-core paths.
+// v2: the tensor-core paths, and P31's four gradients at once on them.
 #include "conv_backward_tensor_cores.cuh"
+#include "conv_grads_min_add_mul.cuh"
 
 namespace scratchops {
 

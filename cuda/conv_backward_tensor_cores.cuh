@@ -5,10 +5,9 @@
 // gradient v2, an implicit GEMM in ordered slices (conv_weight_grad_implicit.cuh), and its
 // v3, both operands staged by the copy engine (conv_weight_grad_staged.cuh, its launch in
 // conv_weight_grad_staged_launch.cuh), the two at once with dy's copy shared
-// (conv2d_grads_shared_launch), and P31's four at once in float with the min's rule inside
-// both gradients' passes (min_add_mul_conv_grads_launch, at the end). Included by
-// conv_backward.cu after the helpers every version shares (GradShape, aligned_elements, the
-// flipped weights' geometry and workspace).
+// (conv2d_grads_shared_launch). Included by conv_backward.cu after the helpers every version
+// shares (GradShape, aligned_elements, the flipped weights' geometry and workspace); P31's four
+// at once in float run these gradients from conv_grads_min_add_mul.cuh.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "conv_input_grad_swapped_launch.cuh"
 #include "conv_weight_grad_implicit.cuh"
 #include "conv_weight_grad_staged_launch.cuh"
+#include "min_add_mul_operands.cuh"
 
 namespace scratchops {
 namespace {
@@ -222,13 +222,16 @@ long long weight_grad_workspace_bytes(int batch, int out_channels, const Conv2dG
 // to the accumulator in slice order, then dW = the accumulator transposed, rounded to T.
 // fp32: 3xTF32, or TF32 single products where tf32; fp16 / bf16: their native products on
 // wgmma, else TF32 single products (exact on their values). halves (float only): the
-// gradient taken is the min's of dy, computed by the packing (DyColumns).
+// gradient taken is the min's of dy, computed by the packing (DyColumns), or, where
+// `operands` is given (float's 3xTF32, min_rule_operands::applies), by the min's one pass,
+// which also writes the input gradient's parts and the bias sums' partials there.
 template <class T>
 cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
                                  int out_channels, const Conv2dGeometry& g,
                                  TensorCorePath engine, bool tf32, void* workspace,
                                  long long workspace_bytes, cudaStream_t stream,
-                                 const uint8_t* halves = nullptr, float factor = 1.0f) {
+                                 const uint8_t* halves = nullptr, float factor = 1.0f,
+                                 const min_rule_operands::Outputs* operands = nullptr) {
     if constexpr (!std::is_same_v<T, float>) {
         if (halves != nullptr) return cudaErrorInvalidValue;
         const StagedWeightGrad staged =
@@ -255,8 +258,19 @@ cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
             err = batch_sum_launch<float, float>(nullptr, nullptr, accumulator, 0, kc, stream);
         for (int e0 = 0; e0 < s.count && err == cudaSuccess; e0 += per_chunk) {
             const int entries = s.count - e0 < per_chunk ? s.count - e0 : per_chunk;
-            err = conv_wgrad::product<kT, Op>(dy, x, out_channels, g, s, e0, entries, engine,
-                                              chunk, partials, stream, halves, factor);
+            const bool b_packed = operands != nullptr;  // (by the min's one pass)
+            if (b_packed) {
+                err = cudaErrorInvalidValue;  // (float's 3xTF32 alone)
+                if constexpr (std::is_same_v<T, float>)  // (apart: T is no lambda parameter)
+                    if constexpr (std::is_same_v<Op, float> && !kT)
+                        err = min_rule_operands::launch(dy, halves, factor, *operands,
+                                                        out_channels, g, s, e0, entries, chunk,
+                                                        stream);
+            }
+            if (err == cudaSuccess)
+                err = conv_wgrad::product<kT, Op>(dy, x, out_channels, g, s, e0, entries,
+                                                  engine, chunk, partials, stream, halves,
+                                                  factor, b_packed);
             if (err == cudaSuccess)  // accumulator += partial[0] + partial[1] + ..., in order
                 err = batch_sum_launch<float, float>(partials, e0 == 0 ? nullptr : accumulator,
                                                      accumulator, entries, kc, stream);
@@ -328,70 +342,6 @@ cudaError_t conv2d_grads_shared_launch(const T* dy, const T* x, const T* weight,
         return weight_grad_staged(dy, x, dw, batch, out_channels, g, w,
                                   static_cast<uint8_t*>(workspace) + input_part, stream, dy_copy);
     }
-}
-
-// P31's four gradients in float, 3xTF32, with the min's rule applied inside both gradients'
-// passes over dy (launchers_backward.h): the rule's pass writes dy's two TF32 parts for the
-// input gradient v4 instead of the gradient itself, and the weight gradient v2's packing
-// computes the rule again from dy and the shares. The workspace: the two parts (the batch's,
-// each as large as dy), the rule's partial sums and v4's packed weights; the weight gradient
-// runs after v4 on the same stream, when all of those are dead, so its workspace (at the
-// budget) lies over them from byte 0. One part stands where the rule's gradient would lie in
-// the operators apart, outside the budget; the other part and the packed weights must fit the
-// budget, and so must v4's chunk of one image's parts, as there (else the operators apart
-// run: where they would run v2, this form's v4 would give other bits).
-struct MinAddMulGrads {  // bytes, each 16-byte aligned
-    long long part, sums, packed_weights, weight_grad;
-    long long total() const { return std::max(2 * part + sums + packed_weights, weight_grad); }
-};
-inline MinAddMulGrads min_add_mul_conv_grads_layout(int batch, int out_channels,
-                                                    const Conv2dGeometry& g,
-                                                    TensorCorePath engine, long long budget) {
-    const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
-    return {align16(4 * pixels * out_channels * batch),
-            align16(min_add_mul_backward_kept_channels_last_workspace_bytes(
-                batch, out_channels, static_cast<int>(pixels))),
-            4 * swapped::workspace_floats(out_channels, g).packed,
-            align16(weight_grad_workspace_bytes<float>(batch, out_channels, g, engine, budget))};
-}
-
-long long min_add_mul_conv_grads_bytes(int batch, int out_channels, const Conv2dGeometry& g,
-                                       TensorCorePath engine, bool tf32, long long budget) {
-    if (batch <= 0 || !input_grad_is_a_convolution(g) ||
-        !swapped::applies(out_channels, g, engine, tf32) ||
-        swapped::chunk_images(batch, out_channels, g, budget) == 0 ||
-        swapped::tiles(g, batch) > kMaxInt32Count)  // (v4 would then run in chunks, apart)
-        return 0;
-    const MinAddMulGrads layout =
-        min_add_mul_conv_grads_layout(batch, out_channels, g, engine, budget);
-    return layout.part + layout.packed_weights <= budget ? layout.total() : 0;
-}
-
-cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves, const float* x,
-                                          const float* weight, float factor, float* dx,
-                                          float* dw, float* bias_grad, float* conv_bias_grad,
-                                          int batch, int out_channels, const Conv2dGeometry& g,
-                                          TensorCorePath engine, long long budget,
-                                          void* workspace, cudaStream_t stream) {
-    const MinAddMulGrads layout =
-        min_add_mul_conv_grads_layout(batch, out_channels, g, engine, budget);
-    auto* base = static_cast<uint8_t*>(workspace);
-    auto* big = reinterpret_cast<float*>(base);
-    auto* small = reinterpret_cast<float*>(base + layout.part);
-    auto* sums = reinterpret_cast<float*>(base + 2 * layout.part);
-    auto* packed = reinterpret_cast<float*>(base + 2 * layout.part + layout.sums);
-    cudaError_t err = min_add_mul_backward_kept_split_launch(
-        dy, halves, big, small, bias_grad, conv_bias_grad, batch, out_channels,
-        g.out_h * g.out_w, factor, sums, stream);
-    swapped::Params params;
-    if (err == cudaSuccess)
-        err = swapped::prepare(params, weight, out_channels, g, packed, stream);
-    if (err == cudaSuccess)
-        err = swapped::run_on_parts(params, big, small, dx, batch, out_channels, g, stream);
-    if (err != cudaSuccess) return err;
-    return weight_grad_implicit<float>(dy, x, dw, batch, out_channels, g, engine, false,
-                                       base, layout.weight_grad, stream, halves,
-                                       factor);
 }
 
 }  // namespace scratchops

@@ -262,12 +262,13 @@ constexpr long long kPartialGroupFrom = 1 << 16;
 
 // One chunk of entries [entry0, entry0 + entries): packing, then the product into the chunk's
 // partials, for products of Op (kTf32: a single product, as every 16-bit mode is); B the
-// min's gradient of dy where halves (DyColumns).
+// min's gradient of dy where halves (DyColumns); b_packed: B is in `packed` already (the
+// min's one pass, min_add_mul_operands.cuh, wrote it), so no packing runs.
 template <bool kTf32, class Op, class T>
 cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeometry& g,
                     const Slices& s, int entry0, int entries, TensorCorePath engine,
                     uint8_t* packed, float* partials, cudaStream_t stream,
-                    const uint8_t* halves, float factor) {
+                    const uint8_t* halves, float factor, bool b_packed = false) {
     using namespace gemm_tc;
     const int taps = g.channels * g.kernel_h * g.kernel_w;
     const OutputRows rows{g.out_h, FastDiv(static_cast<uint32_t>(g.out_h))};
@@ -281,7 +282,9 @@ cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeome
             packed, layout, stream);
     };
     cudaError_t err = cudaErrorInvalidValue;  // (the rule: float's 3xTF32 alone takes it)
-    if (halves == nullptr)
+    if (b_packed)
+        err = cudaSuccess;
+    else if (halves == nullptr)
         err = pack(std::false_type{});
     else if constexpr (std::is_same_v<T, float> && !kTf32)
         err = pack(std::true_type{});

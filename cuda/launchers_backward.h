@@ -80,14 +80,17 @@ long long conv2d_grads_shared_dy_offset(int out_channels, const Conv2dGeometry& 
 // P31's four gradients in float from the shares its forward kept (ConvTail::halves), fp32-
 // accurate (3xTF32: tf32 false for both gradients) on the wgmma engine, with the min's rule
 // dx_conv = dy * factor * halves / 2 applied inside both gradients' passes over dy, so that
-// no pass writes dx_conv: the rule's pass writes its two TF32 parts for the input gradient v4
+// no pass writes dx_conv: one pass writes its two TF32 parts for the input gradient v4 and the
+// weight gradient's packed B together where output rows are whole k-blocks
+// (min_add_mul_operands.cuh), else the rule's pass writes the parts
 // (min_add_mul_backward_kept_split_launch) and the weight gradient v2's packing computes the
 // rule again. dx, dw as conv2d's input and weight gradients of dx_conv, bias_grad and
-// conv_bias_grad as min_add_mul_backward_kept_channels_last_launch's sums. Where it applies
-// (and the budget holds one of the two parts with v4's packed weights, and one image's two
-// parts with them: conv_backward_tensor_cores.cuh), min_add_mul_conv_grads_bytes is the
-// workspace (16-byte aligned) it takes: twice dy's bytes and a little, or what the weight
-// gradient takes at the budget where that is more (it lies over the parts); else 0.
+// conv_bias_grad as min_add_mul_backward_kept_channels_last_launch's sums (each form adds
+// them in an order of its own). Where it applies (and the budget holds one of the two parts
+// with v4's packed weights, and one image's two parts with them: conv_grads_min_add_mul.cuh),
+// min_add_mul_conv_grads_bytes is the workspace (16-byte aligned) it takes: twice dy's bytes
+// and a little, with the weight gradient's workspace at the budget beside them (one pass) or
+// over them where that is more (two passes); else 0.
 long long min_add_mul_conv_grads_bytes(int batch, int out_channels, const Conv2dGeometry& g,
                                        TensorCorePath engine, bool tf32, long long budget);
 cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves, const float* x,
@@ -149,6 +152,14 @@ cudaError_t min_add_mul_backward_kept_split_launch(const float* dy, const uint8_
                                                    float* conv_bias_grad, int batch,
                                                    int channels, int pixels, float factor,
                                                    float* workspace, cudaStream_t stream);
+// The two sums finished from partials in another pass's order, partial[c * pieces + piece]
+// (float; min_add_mul_operands.cuh's): each channel's partials added in piece order, in
+// double, bias_grad[c] = factor * dy's, conv_bias_grad[c] = dx's.
+cudaError_t min_add_mul_kept_sums_finish_launch(const float* dy_partial,
+                                                const float* dx_partial, float factor,
+                                                float* bias_grad, float* conv_bias_grad,
+                                                int channels, long long pieces,
+                                                cudaStream_t stream);
 
 // --------------------------------------------------------------- groupnorm_backward.cu
 // dx of y = group_norm(x) * scale (gamma, beta, scale nullptr when absent), and the gradients

@@ -200,7 +200,27 @@ __global__ void kept_sums_finish_kernel(const float* __restrict__ dy_partial,
     }
 }
 
+template <class T>
+cudaError_t kept_sums_finish(const float* dy_partial, const float* dx_partial, float factor,
+                             T* bias_grad, T* conv_bias_grad, int channels, long long pieces,
+                             cudaStream_t stream) {
+    if (channels <= 0) return cudaSuccess;
+    if (pieces > kMaxInt32Count) return cudaErrorInvalidValue;
+    kept_sums_finish_kernel<T><<<channels, 32, 0, stream>>>(
+        dy_partial, dx_partial, factor, bias_grad, conv_bias_grad, static_cast<int>(pieces));
+    return cudaGetLastError();
+}
+
 }  // namespace
+
+cudaError_t min_add_mul_kept_sums_finish_launch(const float* dy_partial,
+                                                const float* dx_partial, float factor,
+                                                float* bias_grad, float* conv_bias_grad,
+                                                int channels, long long pieces,
+                                                cudaStream_t stream) {
+    return kept_sums_finish<float>(dy_partial, dx_partial, factor, bias_grad, conv_bias_grad,
+                                   channels, pieces, stream);
+}
 
 long long min_add_mul_backward_kept_channels_last_workspace_bytes(int batch, int channels,
                                                                  int pixels) {
@@ -237,9 +257,8 @@ cudaError_t kept_channels_last(const T* dy, const uint8_t* halves, T* dx_channel
         err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
-    kept_sums_finish_kernel<T><<<channels, 32, 0, stream>>>(
-        workspace, dx_partial, factor, bias_grad, conv_bias_grad, static_cast<int>(pieces));
-    return cudaGetLastError();
+    return kept_sums_finish<T>(workspace, dx_partial, factor, bias_grad, conv_bias_grad,
+                               channels, pieces, stream);
 }
 }  // namespace
 

@@ -1,13 +1,15 @@
 """P31's float gradients at KernelBench's size, TF32 off, for a profiler: first the weight
 gradient operator alone on the min's gradient (its packing reads that gradient), then the four
-gradients at once from the kept shares (its packing computes the min's rule from dy and the
-shares: min_add_mul_conv_grads_launch). Each runs the weight gradient's packing 4 times (four
-chunks at the default budget), so
+gradients at once from the kept shares (min_add_mul_conv_grads_launch: P31's rows are whole
+k-blocks, so one pass over dy and the shares writes both gradients' operands,
+min_add_mul_operands.cuh). Each runs once a chunk of the weight gradient's slices (four at the
+default budget), so
 
-    ncu --set full --kernel-name regex:pack_b_kernel --launch-skip 3 --launch-count 2 \
+    ncu --set full --kernel-name regex:pack_b_kernel --launch-skip 3 --launch-count 1 \
         python3 scripts/p31_grads_driver.py
 
-profiles the last packing of the operator alone, then the first of the four at once.
+profiles the last packing of the operator alone, and regex:operands_kernel --launch-count 1
+the first one pass of the four at once.
 """
 
 import sys

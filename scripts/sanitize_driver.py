@@ -233,7 +233,8 @@ def staged_a_kernels():
 def float_grads_at_once():
     """P31's four gradients at once in fp32, TF32 off (min_add_mul_conv_grads_launch: the rule's
     pass writes dy's two TF32 parts for the input gradient v4, the weight gradient's packing
-    computes the rule, its workspace over the dead parts): P31's channels on 70-pixel rows, and
+    computes the rule, its workspace over the dead parts; or one pass writes both operands, a
+    chunk of slices at a time, shapes below): P31's channels on 70-pixel rows, and
     batch 1 with 3 input and 36 output channels, against the same operator run apart (a budget
     of 1 byte), dx and dW bit for bit. (Two of tests/test_kept_shares.py's FLOAT_FUSED_SHAPES,
     where the tests count the launches: the form runs at the default budget, and apart the
@@ -241,15 +242,24 @@ def float_grads_at_once():
     1 byte, so the bits must agree. This driver cannot count launches: compute-sanitizer
     refuses torch's profiler.)"""
     version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
-    for x_shape, w_shape, padding in (((2, 64, 9, 70), (128, 64, 3, 3), 0),
-                                      ((1, 3, 7, 67), (36, 3, 3, 3), 1)):
+    # Then the one pass over dy (min_add_mul_operands.cuh: output rows of whole k-blocks):
+    # 126-pixel rows, 250-pixel rows with 36 output channels, and 36 rows in chunks of one
+    # slice (a budget of 4 MiB), held to the one pass in one chunk (the default budget): at 1
+    # byte that shape's input gradient apart is v2, whose bits are not v4's.
+    for x_shape, w_shape, padding, budget, apart_budget in (
+            ((2, 64, 9, 70), (128, 64, 3, 3), 0, 1 << 30, 1),
+            ((1, 3, 7, 67), (36, 3, 3, 3), 1, 1 << 30, 1),
+            ((2, 64, 6, 128), (128, 64, 3, 3), 0, 1 << 30, 1),
+            ((1, 8, 4, 250), (36, 8, 3, 3), 1, 1 << 30, 1),
+            ((2, 16, 20, 128), (32, 16, 3, 3), 0, 1 << 22, 1 << 30)):
         x, w, bias, b2 = r(*x_shape), r(*w_shape), r(w_shape[0]), r(w_shape[0])
         window = ([1, 1], [padding] * 2, [1, 1])
         _, halves = torch.ops.scratchops._conv2d_min_add_mul_keeping(x, w, bias, *window, 0.1,
                                                                      b2, 2.0)
         args = (r(*halves.shape), halves, x, w, 2.0, *window)
-        at_once = torch.ops.scratchops._conv2d_min_add_mul_grads_kept(*args, 1 << 30, version)
-        apart = torch.ops.scratchops._conv2d_min_add_mul_grads_kept(*args, 1, version)
+        at_once = torch.ops.scratchops._conv2d_min_add_mul_grads_kept(*args, budget, version)
+        apart = torch.ops.scratchops._conv2d_min_add_mul_grads_kept(*args, apart_budget,
+                                                                    version)
         for name, a, b in zip(("dx", "dw", "conv bias", "bias"), at_once, apart):
             check(f"fp32 P31 gradients at once {x_shape}: {name}", a, b,
                   tol=0 if name in ("dx", "dw") else None)

@@ -267,9 +267,23 @@ def test_half_gradients_at_once_write_the_rule_channels_last(x_shape, w_shape, p
 # off, the wgmma engine, dy's channels at least 32 and a multiple of 4, dx rows at least 64
 # wide): P31's channels on 68-pixel rows, batch 1 with 3 input channels and 36 output
 # channels (a k-block and 4 past it), 70 input channels (a second dx tile, 6 wide) with 130-
-# pixel rows, and a 1 x 1 kernel.
+# pixel rows, and a 1 x 1 kernel. The last four have output rows of whole k-blocks (OW
+# rounded up to 8 a multiple of 32), where one pass writes both gradients' operands
+# (min_add_mul_operands.cuh): 126-pixel rows as P31's (two slots of B's padding a row, and
+# the slice's rows past the batch's last), 96-pixel rows (a segment of 3 k-blocks), 250-pixel
+# rows (two segments) with 36 output channels (B's rows past them zero), 132 output channels
+# (a second tile of B) on 64-pixel rows.
 FLOAT_FUSED_SHAPES = [((2, 64, 9, 70), (128, 64, 3, 3), 0), ((1, 3, 7, 67), (36, 3, 3, 3), 1),
-                      ((2, 70, 5, 130), (64, 70, 3, 3), 1), ((2, 16, 4, 64), (32, 16, 1, 1), 0)]
+                      ((2, 70, 5, 130), (64, 70, 3, 3), 1), ((2, 16, 4, 64), (32, 16, 1, 1), 0),
+                      ((2, 64, 6, 128), (128, 64, 3, 3), 0), ((3, 16, 5, 96), (32, 16, 1, 1), 0),
+                      ((1, 8, 4, 250), (36, 8, 3, 3), 1), ((1, 8, 4, 66), (132, 8, 3, 3), 0)]
+ONE_PASS = "min_rule_operands::operands_kernel"
+
+
+def _one_pass(x_shape, w_shape, padding):
+    """Whether the four at once take the one pass: output rows of whole k-blocks."""
+    out_w = x_shape[3] - w_shape[3] + 1 + 2 * padding
+    return (out_w + 7) // 8 * 8 % 32 == 0
 
 
 @pytest.mark.parametrize("x_shape,w_shape,padding", FLOAT_FUSED_SHAPES)
@@ -277,8 +291,10 @@ def test_float_gradients_at_once_apply_the_rule_inside_both_passes(x_shape, w_sh
     """fp32 with TF32 off: the four gradients at once apply the min's rule inside both
     gradients' passes over dy (min_add_mul_conv_grads_launch): the rule's pass writes dy's two
     TF32 parts for the input gradient v4 (its own split pass does not run) and the weight
-    gradient's packing computes the rule from dy and the shares; no pass writes the rule's
-    gradient. dx and dW have the bits of the operator that keeps nothing (its backward
+    gradient's packing computes the rule from dy and the shares; or, on output rows of whole
+    k-blocks, one pass writes both the parts and the weight gradient's packed B, and neither
+    the rule's pass nor a packing of dy runs. No pass writes the rule's gradient. dx and dW
+    have the bits of the operator that keeps nothing (its backward
     recomputes the convolution and runs the rule and the two gradients apart), with a NaN and
     an Inf in dy; with finite values they are within 1e-5 of float64 relative to the largest
     value; the two bias sums within float's rounding of the float64 sums (added in the
@@ -295,9 +311,12 @@ def test_float_gradients_at_once_apply_the_rule_inside_both_passes(x_shape, w_sh
     kept = scratchops.conv2d_min_add_mul(x, w, cb, 1.0, b, 2.0, padding=padding)
     calls = launches(lambda: torch.autograd.grad(kept, leaves, dy, retain_graph=True))
     split_rule = "kept_channels_last_kernel<float, true>"
-    assert sum(n for name, n in calls.items() if split_rule in name) == 1
+    one_pass = _one_pass(x_shape, w_shape, padding)
+    assert sum(n for name, n in calls.items() if split_rule in name) == (0 if one_pass else 1)
+    assert sum(n for name, n in calls.items() if ONE_PASS in name) == (1 if one_pass else 0)
     assert not any("split_channels_last_kernel" in name or "kept_kernel<" in name
                    for name in calls)
+    assert not one_pass or not any("pack_b_kernel" in name for name in calls)
     assert sum(n for name, n in calls.items() if "swapped_kernel" in name) == 1
     recomputed = OPS.conv2d_min_add_mul(x, w, cb, *window, 1.0, b, 2.0)
     for values in ("finite", "nonfinite"):
@@ -328,10 +347,41 @@ def test_float_gradients_at_once_apply_the_rule_inside_both_passes(x_shape, w_sh
     # largest.
     at_once = OPS._conv2d_min_add_mul_grads_kept(*args, TENSOR_CORE_GRAD_WORKSPACE_BYTES, version)
     calls = launches(lambda: OPS._conv2d_min_add_mul_grads_kept(*args, 1, version))
-    assert not any(split_rule in name for name in calls)
+    assert not any(split_rule in name or ONE_PASS in name for name in calls)
     for a, b_ in zip(OPS._conv2d_min_add_mul_grads_kept(*args, 1, version), at_once):
         scale = b_.abs().max().item()
         torch.testing.assert_close(a, b_, rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("kind", ["ties", "random"])
+def test_one_pass_over_dy_runs_a_chunk_of_slices_at_a_time(kind):
+    """A budget that holds one slice of the weight gradient a chunk: the one pass runs once a
+    chunk (3: 36 output rows, 16 a slice, the last slice 12 rows past the batch's), before
+    that chunk's product, and writes every row's parts before the input gradient reads them.
+    dx and dW have the bits of the operator that keeps nothing, with an Inf and a NaN in dy;
+    the sums as above."""
+    skip_unless_runnable("cuda", operator="conv2d_min_add_mul")
+    if not HOPPER:
+        pytest.skip("the input gradient v4 needs the wgmma engine and tensor maps (an sm_90 GPU)")
+    _tf32(False)
+    x, w, cb, b = _inputs((2, 16, 20, 128), (32, 16, 3, 3), torch.float32, kind)
+    window = ([1, 1], [0, 0], [1, 1])
+    dy = rand(2, 32, 18, 126)
+    dy.view(-1)[11], dy.view(-1)[-300] = float("inf"), float("nan")
+    _, halves = OPS._conv2d_min_add_mul_keeping(x, w, cb, *window, 1.0, b, 2.0)
+    # (a part: 580 KB; a slice's packed B 3.1 MB: 4 MB holds one slice a chunk)
+    budget, version = 4 * 2**20, scratchops.versions.GEMM_TENSOR_CORE_VERSION
+    args = (dy, halves, x, w, 2.0, *window, budget, version)
+    calls = launches(lambda: OPS._conv2d_min_add_mul_grads_kept(*args))
+    assert sum(n for name, n in calls.items() if ONE_PASS in name) == 3
+    ours = OPS._conv2d_min_add_mul_grads_kept(*args)
+    conv_grad = OPS._min_add_mul_backward_kept(dy, halves, 2.0)[0]
+    theirs = OPS._conv2d_grads(conv_grad, x, w, *window, TENSOR_CORE_GRAD_WORKSPACE_BYTES,
+                               version)
+    for a, b_ in zip(ours[:2], theirs):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
+    _sums_close(ours[2], conv_grad, torch.float32)
+    _sums_close(ours[3], 2.0 * dy.double(), torch.float32)
 
 
 def test_float_gradients_at_once_follow_the_input_gradient_apart_at_batch_1():

@@ -1,0 +1,250 @@
+// min_add_mul_operands.cuh — P31's min rule in one pass over dy that writes both convolution
+// gradients' operands (conv_backward.cu's "P31's four at once, one pass over dy"). Included by
+// conv_backward_tensor_cores.cuh.
+//
+// The rule's gradient d = dy * factor * halves / 2 (common.cuh: min_rule_from_halves) is what
+// both gradients multiply, in two layouts: the input gradient v4 reads it channels-last as its
+// two TF32 parts (conv_input_grad_swapped.cuh), the weight gradient v2 / v4 as B packed by
+// k-blocks of one output row's slots (pack_b.cuh; conv_weight_grad_implicit.cuh's DyColumns).
+// Made apart, each pass reads dy and the shares (1.04 GB and 0.26 GB at P31's size); here one
+// pass reads them once, a unit at a time, and writes both, with the two bias gradients' partial
+// sums on the way. It runs a chunk of the weight gradient's slices at a time, just before that
+// chunk's product, in the place of its packing.
+//
+// Where it applies (applies): output rows of whole k-blocks (row_len, OW rounded up to 8, a
+// multiple of 32), so that no k-block of B spans two output rows.
+//
+// A unit is (output row r of the chunk, segment s of the row's slots, group of kChannels
+// channels): the slots [128 s, 128 s + 128) of that row for those channels, 4 k-blocks at most.
+//   fill     warp w loads channels w * 8 .. w * 8 + 7 of the group, lane l the slots l + 32 h
+//            (h < 4): a warp's load is 128 consecutive bytes of dy and 32 of the shares,
+//            whatever dy's alignment. d goes to tile[channel][slot]; 0 past OW, past the
+//            batch's last row and past Cout (B's padding). Each lane adds its 4 values of dy
+//            and of d per channel, then the warp reduce-scatters the 8 channels' two sums
+//            (xor 16, 8, 4: a lane keeps half of what it holds and sends the other half; then
+//            xor 2, 1), so that lane 4 i ends with channel i's sums: one partial a unit and
+//            channel, at piece r * segments + s of that channel's row of partials.
+//   parts    thread (slot, vector) of 128 slots x 8 vectors of 4 channels: a warp stores 4
+//            pixels' 128-byte lines of each part (big = split_tf32's, small the rest).
+//   packed   item (channel, k-block, chunk c): the 16-byte chunk c of that channel's row of the
+//            k-block's stage, holding slots c, c + 8, c + 16, c + 24 (pack_b.cuh's spaced
+//            items), written by PackItem::scatter as pack_b writes it: a warp stores 4
+//            channels' 128-byte rows of one stage. The cross tiles stay deferred (pack_b's
+//            kDeferCross): pack_b_cross_kernel writes them after this pass where a value was
+//            not finite, from the flags this pass writes, one a block.
+// The grid is the layout's pack_blocks() blocks, each walking units blockIdx.x, + gridDim.x,
+// ..., so that every flag the product reads is written by this launch.
+#pragma once
+
+#include "conv_weight_grad_implicit.cuh"
+#include "pack_b.cuh"
+
+namespace scratchops {
+namespace min_rule_operands {
+
+constexpr int kThreads = 128;
+constexpr int kChannels = 32;  // a unit's channels: a pixel's 128-byte line in each part
+constexpr int kBlockK = tc::Operand<float>::kBlockK;  // 32 slots a k-block
+constexpr int kSegmentSlots = 4 * kBlockK;             // a unit's slots: 4 k-blocks
+constexpr int kWarps = kThreads / 32;
+constexpr int kChannelsWarp = kChannels / kWarps;  // 8: the fill's channels a warp
+constexpr int kVec = 4;                             // channels a 16-byte vector of a part
+// The tile's row pitch: odd, so that the parts' column reads (4 pixels x 8 vectors a warp)
+// hit 32 banks; the packed items' reads (4 channels x 8 chunks) then meet 2-way on 3 banks.
+constexpr int kPitch = kSegmentSlots + 9;
+static_assert(kChannelsWarp == 8 && kChannels % tc::kSpacing == 0, "the reduce-scatter's 8");
+
+// Whether the one pass serves the weight gradient's slices s (see the top).
+inline bool applies(const conv_wgrad::Slices& s) { return s.row_len % kBlockK == 0; }
+inline int segments(const conv_wgrad::Slices& s) {
+    return (s.row_len + kSegmentSlots - 1) / kSegmentSlots;
+}
+// The partial sums a channel: one a (row, segment) of the batch, in row order.
+inline long long pieces(const conv_wgrad::Slices& s) {
+    return static_cast<long long>(s.total_rows) * segments(s);
+}
+
+// Where the pass writes besides the packed B: the two parts (N, OH*OW, Cout) and the partial
+// sums of dy and of d, partial[c * pieces + piece].
+struct Outputs {
+    float* big;
+    float* small;
+    float* dy_partial;
+    float* dx_partial;
+};
+
+struct Params {
+    const float* dy;
+    const uint8_t* halves;
+    float factor;
+    Outputs out;
+    int cout, out_h, out_w;
+    int total_rows, rows_per_slice, first_row, kb_per_row, segments, groups, units;
+    long long pieces;
+    conv_wgrad::OutputRows rows;
+    uint8_t* packed;
+    tc::PackedB layout;
+};
+
+// A unit's fill (see the top); returns with the tile filled and the unit's partials written.
+__device__ __forceinline__ void fill(const Params& p, float (*tile)[kPitch], int row_chunk,
+                                     int segment, int group) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int global_row = p.first_row + row_chunk;
+    const bool real_row = global_row < p.total_rows;
+    int n = 0, oh = 0;
+    if (real_row) p.rows.split(global_row, n, oh);
+    const int slot0 = segment * kSegmentSlots;
+    float sums[2 * kChannelsWarp];  // (channel i's dy sum at 2 i, d's at 2 i + 1)
+#pragma unroll
+    for (int i = 0; i < kChannelsWarp; ++i) {
+        const int row = warp * kChannelsWarp + i, co = group * kChannels + row;
+        const bool real = real_row && co < p.cout;
+        const long long at = (static_cast<long long>(n) * p.cout + co) * p.out_h * p.out_w +
+                             static_cast<long long>(oh) * p.out_w + slot0;
+        float dy_sum = 0.0f, d_sum = 0.0f;
+#pragma unroll
+        for (int h = 0; h < kSegmentSlots / 32; ++h) {
+            const int slot = lane + 32 * h;
+            const bool here = real && slot0 + slot < p.out_w;
+            const float g = here ? p.dy[at + slot] : 0.0f;
+            const uint32_t share = here ? p.halves[at + slot] : 0u;
+            // (0 itself outside: B's padding, whatever the factor; 0 * Inf would be NaN)
+            const float d = here ? min_rule_from_halves<float>(g, p.factor, share) : 0.0f;
+            tile[row][slot] = d;
+            dy_sum += g;
+            d_sum += d;
+        }
+        sums[2 * i] = dy_sum;
+        sums[2 * i + 1] = d_sum;
+    }
+    // The reduce-scatter: at xor 16, 8, 4 a lane keeps the half of its sums its lane bit picks
+    // and adds its partner's; 16 -> 8 -> 4 -> 2 values, channel lane / 4's pair.
+#pragma unroll
+    for (int width = 2 * kChannelsWarp, bit = 16; width > 2; width /= 2, bit /= 2) {
+        const bool upper = (lane & bit) != 0;
+#pragma unroll
+        for (int k = 0; k < width / 2; ++k) {
+            const float send = upper ? sums[k] : sums[k + width / 2];
+            const float keep = upper ? sums[k + width / 2] : sums[k];
+            sums[k] = keep + __shfl_xor_sync(0xffffffffu, send, bit);
+        }
+    }
+#pragma unroll
+    for (int bit = 2; bit > 0; bit /= 2) {
+        sums[0] += __shfl_xor_sync(0xffffffffu, sums[0], bit);
+        sums[1] += __shfl_xor_sync(0xffffffffu, sums[1], bit);
+    }
+    const int co = group * kChannels + warp * kChannelsWarp + lane / 4;
+    if (lane % 4 == 0 && real_row && co < p.cout) {
+        const long long at = co * p.pieces + static_cast<long long>(global_row) * p.segments +
+                             segment;
+        p.out.dy_partial[at] = sums[0];
+        p.out.dx_partial[at] = sums[1];
+    }
+}
+
+// The unit's two parts, channels-last (see the top).
+__device__ __forceinline__ void store_parts(const Params& p, const float (*tile)[kPitch],
+                                            int row_chunk, int segment, int group) {
+    const int global_row = p.first_row + row_chunk;
+    if (global_row >= p.total_rows) return;
+    int n, oh;
+    p.rows.split(global_row, n, oh);
+    const long long pixel0 = static_cast<long long>(n) * p.out_h * p.out_w +
+                             static_cast<long long>(oh) * p.out_w + segment * kSegmentSlots;
+    constexpr int kVecs = kChannels / kVec;
+    for (int v = threadIdx.x; v < kSegmentSlots * kVecs; v += kThreads) {
+        const int slot = v / kVecs, row = v % kVecs * kVec, co = group * kChannels + row;
+        if (segment * kSegmentSlots + slot >= p.out_w || co >= p.cout) continue;
+        uint32_t big[kVec], small[kVec];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+            const Tf32Split s = split_tf32(tile[row + i][slot]);
+            big[i] = s.big;
+            small[i] = s.small;
+        }
+        const long long at = (pixel0 + slot) * p.cout + co;  // (Cout % kVec == 0: aligned)
+        *reinterpret_cast<uint4*>(p.out.big + at) = make_uint4(big[0], big[1], big[2], big[3]);
+        *reinterpret_cast<uint4*>(p.out.small + at) =
+            make_uint4(small[0], small[1], small[2], small[3]);
+    }
+}
+
+// The unit's items of the packed B (see the top); whether one held a value that is not finite.
+__device__ __forceinline__ bool store_packed(const Params& p, const float (*tile)[kPitch],
+                                             int row_chunk, int segment, int group) {
+    using gemm_tc::kTcBN;
+    const int entry = row_chunk / p.rows_per_slice;
+    const int kb0 = (row_chunk - entry * p.rows_per_slice) * p.kb_per_row +
+                    segment * (kSegmentSlots / kBlockK);
+    const int kblocks = p.kb_per_row - segment * (kSegmentSlots / kBlockK);
+    constexpr int kItemsKBlock = kChannels * 8;  // 8 chunks a channel's row
+    bool nonfinite = false;
+    for (int v = threadIdx.x; v < kItemsKBlock * (kSegmentSlots / kBlockK); v += kThreads) {
+        const int kb = v / kItemsKBlock, row = v % kItemsKBlock / 8, chunk = v % 8;
+        if (kb >= kblocks) break;  // (v only grows)
+        const int co = group * kChannels + row;
+        tc::PackItem<float> it;
+        it.stage = (entry * p.layout.n_tiles + co / kTcBN) * p.layout.num_kb + kb0 + kb;
+        it.item = co % kTcBN * 8 + chunk;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            it.values[j] = tile[row][kb * kBlockK + chunk + tc::kSpacing * j];
+        nonfinite = it.scatter<kTcBN, /*kCross=*/false>(p.packed, p.layout) || nonfinite;
+    }
+    return nonfinite;
+}
+
+// At most 64 registers a thread, so that eight blocks fill an SM's 1,024 threads (sm_90) and
+// the launch's 1,024 blocks (kPackBlocks) are resident at once on 132 multiprocessors.
+__global__ void __launch_bounds__(kThreads, 8) operands_kernel(Params p) {
+    __shared__ float tile[kChannels][kPitch];
+    bool nonfinite = false;
+    for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
+        const int group = unit % p.groups, rest = unit / p.groups;
+        const int segment = rest % p.segments, row_chunk = rest / p.segments;
+        fill(p, tile, row_chunk, segment, group);
+        __syncthreads();
+        store_parts(p, tile, row_chunk, segment, group);
+        nonfinite = store_packed(p, tile, row_chunk, segment, group) || nonfinite;
+        __syncthreads();  // (the tile is filled again)
+    }
+    const int block_nonfinite = __syncthreads_or(nonfinite);
+    if (threadIdx.x == 0)
+        reinterpret_cast<int*>(p.packed + p.layout.tiles_bytes())[blockIdx.x] = block_nonfinite;
+}
+
+// The pass for the chunk of entries [entry0, entry0 + entries) of the slices s: its B packed
+// into `packed` (the layout product() reads) and its rows' parts and partial sums, then the
+// deferred cross tiles.
+inline cudaError_t launch(const float* dy, const uint8_t* halves, float factor,
+                          const Outputs& out, int out_channels, const Conv2dGeometry& g,
+                          const conv_wgrad::Slices& s, int entry0, int entries, uint8_t* packed,
+                          cudaStream_t stream) {
+    using gemm_tc::kTcBN;
+    if (!applies(s) || out_channels % kVec != 0) return cudaErrorInvalidValue;
+    const tc::PackedB layout =
+        tc::packed_b_layout<float>(kTcBN, out_channels, s.slice_len(), entries);
+    const conv_wgrad::OutputRows rows{g.out_h, FastDiv(static_cast<uint32_t>(g.out_h))};
+    const int groups = layout.n_tiles * kTcBN / kChannels;
+    const long long units =
+        static_cast<long long>(entries) * s.rows_per_slice * segments(s) * groups;
+    if (units > kMaxInt32Count) return cudaErrorInvalidValue;
+    const Params p{dy, halves, factor, out, out_channels, g.out_h, g.out_w, s.total_rows,
+                   s.rows_per_slice, entry0 * s.rows_per_slice, s.row_len / kBlockK,
+                   segments(s), groups, static_cast<int>(units), pieces(s), rows, packed,
+                   layout};
+    operands_kernel<<<layout.pack_blocks(), kThreads, 0, stream>>>(p);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    const conv_wgrad::DyColumns<float, true> source{
+        dy,   out_channels, g.out_w, s, rows, entry0, FastDiv(static_cast<uint32_t>(s.row_len)),
+        halves, factor};
+    tc::pack_b_cross_kernel<kTcBN, false><<<layout.pack_blocks(), tc::kPackThreads, 0, stream>>>(
+        source, packed, layout, tc::StagePlaces(layout));
+    return cudaGetLastError();
+}
+
+}  // namespace min_rule_operands
+}  // namespace scratchops
