@@ -174,18 +174,21 @@ __global__ void __launch_bounds__(kKeptThreads, sizeof(T) == 4 ? 3 : 4)
     }
 }
 
-// The sums finished, a warp a channel (blockIdx.x): lane l adds the channel's partials l,
-// l + 32, ... in order, then the warp's 32 by xor shuffles (one thread a channel, as
-// channel_sums_finish, took 46 us over P31's 512 partials a channel: a chain of dependent
-// loads). bias_grad = factor * dy's sum, conv_bias_grad = dx's.
-template <class T>
+// The sums finished, kWarps warps a channel (blockIdx.x): thread t adds the channel's partials
+// t, t + 32 kWarps, ... in order, then each warp its 32 by xor shuffles, then warp 0 the
+// warps' sums in warp order (one thread a channel, as channel_sums_finish, took 46 us over
+// P31's 512 partials a channel: a chain of dependent loads; a warp a channel took 48 us over
+// the one pass's 16,128, where 8 warps share them). bias_grad = factor * dy's sum,
+// conv_bias_grad = dx's.
+template <class T, int kWarps>
 __global__ void kept_sums_finish_kernel(const float* __restrict__ dy_partial,
                                         const float* __restrict__ dx_partial, float factor,
                                         T* __restrict__ bias_grad, T* __restrict__ conv_bias_grad,
                                         int pieces) {
+    __shared__ double warp_sums[2][kWarps];
     const long long row = static_cast<long long>(blockIdx.x) * pieces;
     double a = 0.0, b = 0.0;
-    for (int i = threadIdx.x; i < pieces; i += 32) {
+    for (int i = threadIdx.x; i < pieces; i += 32 * kWarps) {
         a += dy_partial[row + i];
         b += dx_partial[row + i];
     }
@@ -194,19 +197,29 @@ __global__ void kept_sums_finish_kernel(const float* __restrict__ dy_partial,
         a += __shfl_xor_sync(0xffffffffu, a, offset);
         b += __shfl_xor_sync(0xffffffffu, b, offset);
     }
+    if (threadIdx.x % 32 == 0) {
+        warp_sums[0][threadIdx.x / 32] = a;
+        warp_sums[1][threadIdx.x / 32] = b;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
+        for (int w = 1; w < kWarps; ++w) {  // (kWarps 1: the warp's own sums, as they were)
+            a += warp_sums[0][w];
+            b += warp_sums[1][w];
+        }
         bias_grad[blockIdx.x] = from_float<T>(factor * static_cast<float>(a));
         conv_bias_grad[blockIdx.x] = from_float<T>(static_cast<float>(b));
     }
 }
 
-template <class T>
+// (kWarps: 1 for the channels-last pass's few partials a channel, 8 for the one pass's rows)
+template <class T, int kWarps = 1>
 cudaError_t kept_sums_finish(const float* dy_partial, const float* dx_partial, float factor,
                              T* bias_grad, T* conv_bias_grad, int channels, long long pieces,
                              cudaStream_t stream) {
     if (channels <= 0) return cudaSuccess;
     if (pieces > kMaxInt32Count) return cudaErrorInvalidValue;
-    kept_sums_finish_kernel<T><<<channels, 32, 0, stream>>>(
+    kept_sums_finish_kernel<T, kWarps><<<channels, 32 * kWarps, 0, stream>>>(
         dy_partial, dx_partial, factor, bias_grad, conv_bias_grad, static_cast<int>(pieces));
     return cudaGetLastError();
 }
@@ -218,8 +231,8 @@ cudaError_t min_add_mul_kept_sums_finish_launch(const float* dy_partial,
                                                 float* bias_grad, float* conv_bias_grad,
                                                 int channels, long long pieces,
                                                 cudaStream_t stream) {
-    return kept_sums_finish<float>(dy_partial, dx_partial, factor, bias_grad, conv_bias_grad,
-                                   channels, pieces, stream);
+    return kept_sums_finish<float, 8>(dy_partial, dx_partial, factor, bias_grad,
+                                      conv_bias_grad, channels, pieces, stream);
 }
 
 long long min_add_mul_backward_kept_channels_last_workspace_bytes(int batch, int channels,

@@ -32,9 +32,12 @@
 //            channels' 128-byte rows of one stage. The cross tiles stay deferred (pack_b's
 //            kDeferCross): pack_b_cross_kernel writes them after this pass where a value was
 //            not finite, from the flags this pass writes, one a block.
-// The grid is the layout's pack_blocks() blocks, each walking units blockIdx.x, + gridDim.x,
-// ..., so that every flag the product reads is written by this launch.
+// A block walks units blockIdx.x, + gridDim.x, ..., the next unit's loads in flight while it
+// stores this one (operands_kernel); the grid is what the GPU holds at once, at most the
+// layout's pack_blocks(), so that every flag the product reads is written by this launch.
 #pragma once
+
+#include <algorithm>
 
 #include "conv_weight_grad_implicit.cuh"
 #include "pack_b.cuh"
@@ -86,33 +89,73 @@ struct Params {
     tc::PackedB layout;
 };
 
-// A unit's fill (see the top); returns with the tile filled and the unit's partials written.
-__device__ __forceinline__ void fill(const Params& p, float (*tile)[kPitch], int row_chunk,
-                                     int segment, int group) {
+// A unit: (output row of the chunk, segment of its slots, group of channels), unit index
+// ((row_chunk * segments) + segment) * groups + group.
+struct Unit {
+    int row_chunk, segment, group;
+    int global_row, n, oh;  // (n, oh: 0 past the batch's last row)
+    bool real_row;
+};
+__device__ __forceinline__ Unit unit_of(const Params& p, int unit) {
+    Unit u;
+    u.group = unit % p.groups;
+    const int rest = unit / p.groups;
+    u.segment = rest % p.segments;
+    u.row_chunk = rest / p.segments;
+    u.global_row = p.first_row + u.row_chunk;
+    u.real_row = u.global_row < p.total_rows;
+    u.n = u.oh = 0;
+    if (u.real_row) p.rows.split(u.global_row, u.n, u.oh);
+    return u;
+}
+
+// A thread's loads of one unit's fill (below): its 8 channels' 4 slots of dy and the shares,
+// 0 outside (here() false), issued a unit ahead of their use (see the kernel).
+constexpr int kSlotsLane = kSegmentSlots / 32;
+struct UnitLoads {
+    float g[kChannelsWarp][kSlotsLane];
+    uint32_t share[kChannelsWarp][kSlotsLane];
+};
+// Whether the fill's value (channel i of warp `warp`, slot lane + 32 h) is one of dy's.
+__device__ __forceinline__ bool here(const Params& p, const Unit& u, int warp, int i, int slot) {
+    return u.real_row && u.group * kChannels + warp * kChannelsWarp + i < p.cout &&
+           u.segment * kSegmentSlots + slot < p.out_w;
+}
+__device__ __forceinline__ void load_unit(const Params& p, const Unit& u, UnitLoads& q) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int global_row = p.first_row + row_chunk;
-    const bool real_row = global_row < p.total_rows;
-    int n = 0, oh = 0;
-    if (real_row) p.rows.split(global_row, n, oh);
-    const int slot0 = segment * kSegmentSlots;
+#pragma unroll
+    for (int i = 0; i < kChannelsWarp; ++i) {
+        const int co = u.group * kChannels + warp * kChannelsWarp + i;
+        const long long at = (static_cast<long long>(u.n) * p.cout + co) * p.out_h * p.out_w +
+                             static_cast<long long>(u.oh) * p.out_w +
+                             u.segment * kSegmentSlots + lane;
+#pragma unroll
+        for (int h = 0; h < kSlotsLane; ++h) {
+            const bool inside = here(p, u, warp, i, lane + 32 * h);
+            q.g[i][h] = inside ? p.dy[at + 32 * h] : 0.0f;
+            q.share[i][h] = inside ? p.halves[at + 32 * h] : 0u;
+        }
+    }
+}
+
+// A unit's fill (see the top) from its loads; returns with the tile filled and the unit's
+// partials written.
+__device__ __forceinline__ void fill(const Params& p, float (*tile)[kPitch], const Unit& u,
+                                     const UnitLoads& q) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float sums[2 * kChannelsWarp];  // (channel i's dy sum at 2 i, d's at 2 i + 1)
 #pragma unroll
     for (int i = 0; i < kChannelsWarp; ++i) {
-        const int row = warp * kChannelsWarp + i, co = group * kChannels + row;
-        const bool real = real_row && co < p.cout;
-        const long long at = (static_cast<long long>(n) * p.cout + co) * p.out_h * p.out_w +
-                             static_cast<long long>(oh) * p.out_w + slot0;
         float dy_sum = 0.0f, d_sum = 0.0f;
 #pragma unroll
-        for (int h = 0; h < kSegmentSlots / 32; ++h) {
+        for (int h = 0; h < kSlotsLane; ++h) {
             const int slot = lane + 32 * h;
-            const bool here = real && slot0 + slot < p.out_w;
-            const float g = here ? p.dy[at + slot] : 0.0f;
-            const uint32_t share = here ? p.halves[at + slot] : 0u;
             // (0 itself outside: B's padding, whatever the factor; 0 * Inf would be NaN)
-            const float d = here ? min_rule_from_halves<float>(g, p.factor, share) : 0.0f;
-            tile[row][slot] = d;
-            dy_sum += g;
+            const float d = here(p, u, warp, i, slot)
+                                ? min_rule_from_halves<float>(q.g[i][h], p.factor, q.share[i][h])
+                                : 0.0f;
+            tile[warp * kChannelsWarp + i][slot] = d;
+            dy_sum += q.g[i][h];
             d_sum += d;
         }
         sums[2 * i] = dy_sum;
@@ -135,10 +178,10 @@ __device__ __forceinline__ void fill(const Params& p, float (*tile)[kPitch], int
         sums[0] += __shfl_xor_sync(0xffffffffu, sums[0], bit);
         sums[1] += __shfl_xor_sync(0xffffffffu, sums[1], bit);
     }
-    const int co = group * kChannels + warp * kChannelsWarp + lane / 4;
-    if (lane % 4 == 0 && real_row && co < p.cout) {
-        const long long at = co * p.pieces + static_cast<long long>(global_row) * p.segments +
-                             segment;
+    const int co = u.group * kChannels + warp * kChannelsWarp + lane / 4;
+    if (lane % 4 == 0 && u.real_row && co < p.cout) {
+        const long long at = co * p.pieces + static_cast<long long>(u.global_row) * p.segments +
+                             u.segment;
         p.out.dy_partial[at] = sums[0];
         p.out.dx_partial[at] = sums[1];
     }
@@ -146,13 +189,11 @@ __device__ __forceinline__ void fill(const Params& p, float (*tile)[kPitch], int
 
 // The unit's two parts, channels-last (see the top).
 __device__ __forceinline__ void store_parts(const Params& p, const float (*tile)[kPitch],
-                                            int row_chunk, int segment, int group) {
-    const int global_row = p.first_row + row_chunk;
-    if (global_row >= p.total_rows) return;
-    int n, oh;
-    p.rows.split(global_row, n, oh);
-    const long long pixel0 = static_cast<long long>(n) * p.out_h * p.out_w +
-                             static_cast<long long>(oh) * p.out_w + segment * kSegmentSlots;
+                                            const Unit& u) {
+    if (!u.real_row) return;
+    const int segment = u.segment, group = u.group;
+    const long long pixel0 = static_cast<long long>(u.n) * p.out_h * p.out_w +
+                             static_cast<long long>(u.oh) * p.out_w + segment * kSegmentSlots;
     constexpr int kVecs = kChannels / kVec;
     for (int v = threadIdx.x; v < kSegmentSlots * kVecs; v += kThreads) {
         const int slot = v / kVecs, row = v % kVecs * kVec, co = group * kChannels + row;
@@ -173,8 +214,9 @@ __device__ __forceinline__ void store_parts(const Params& p, const float (*tile)
 
 // The unit's items of the packed B (see the top); whether one held a value that is not finite.
 __device__ __forceinline__ bool store_packed(const Params& p, const float (*tile)[kPitch],
-                                             int row_chunk, int segment, int group) {
+                                             const Unit& u) {
     using gemm_tc::kTcBN;
+    const int row_chunk = u.row_chunk, segment = u.segment, group = u.group;
     const int entry = row_chunk / p.rows_per_slice;
     const int kb0 = (row_chunk - entry * p.rows_per_slice) * p.kb_per_row +
                     segment * (kSegmentSlots / kBlockK);
@@ -196,23 +238,33 @@ __device__ __forceinline__ bool store_packed(const Params& p, const float (*tile
     return nonfinite;
 }
 
-// At most 64 registers a thread, so that eight blocks fill an SM's 1,024 threads (sm_90) and
-// the launch's 1,024 blocks (kPackBlocks) are resident at once on 132 multiprocessors.
-__global__ void __launch_bounds__(kThreads, 8) operands_kernel(Params p) {
+// Each thread issues the next unit's loads (load_unit) once this unit's tile is filled, and
+// stores this unit while they are in flight: without them a block's loads stopped for its
+// stores, and the blocks an SM holds kept too few bytes in flight. The loads take 64
+// registers a thread, so the kernel holds kBlocksSm blocks an SM at up to 128 registers.
+constexpr int kBlocksSm = 4;
+__global__ void __launch_bounds__(kThreads, kBlocksSm) operands_kernel(Params p) {
     __shared__ float tile[kChannels][kPitch];
     bool nonfinite = false;
+    UnitLoads loads;
+    if (static_cast<int>(blockIdx.x) < p.units) load_unit(p, unit_of(p, blockIdx.x), loads);
     for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
-        const int group = unit % p.groups, rest = unit / p.groups;
-        const int segment = rest % p.segments, row_chunk = rest / p.segments;
-        fill(p, tile, row_chunk, segment, group);
+        const Unit u = unit_of(p, unit);
+        fill(p, tile, u, loads);
         __syncthreads();
-        store_parts(p, tile, row_chunk, segment, group);
-        nonfinite = store_packed(p, tile, row_chunk, segment, group) || nonfinite;
+        if (unit + static_cast<int>(gridDim.x) < p.units)
+            load_unit(p, unit_of(p, unit + gridDim.x), loads);
+        store_parts(p, tile, u);
+        nonfinite = store_packed(p, tile, u) || nonfinite;
         __syncthreads();  // (the tile is filled again)
     }
+    // Flag slots f = blockIdx.x (mod gridDim.x), the grid at most pack_blocks() blocks: every
+    // slot the product ORs is written, and every block's flag reaches one.
     const int block_nonfinite = __syncthreads_or(nonfinite);
+    int* flags = reinterpret_cast<int*>(p.packed + p.layout.tiles_bytes());
     if (threadIdx.x == 0)
-        reinterpret_cast<int*>(p.packed + p.layout.tiles_bytes())[blockIdx.x] = block_nonfinite;
+        for (int f = blockIdx.x; f < p.layout.pack_blocks(); f += gridDim.x)
+            flags[f] = block_nonfinite;
 }
 
 // The pass for the chunk of entries [entry0, entry0 + entries) of the slices s: its B packed
@@ -235,7 +287,9 @@ inline cudaError_t launch(const float* dy, const uint8_t* halves, float factor,
                    s.rows_per_slice, entry0 * s.rows_per_slice, s.row_len / kBlockK,
                    segments(s), groups, static_cast<int>(units), pieces(s), rows, packed,
                    layout};
-    operands_kernel<<<layout.pack_blocks(), kThreads, 0, stream>>>(p);
+    // (As many blocks as the GPU holds at once, at most the layout's flags; at least one.)
+    const int blocks = std::min(layout.pack_blocks(), std::max(1, kBlocksSm * sm_count()));
+    operands_kernel<<<blocks, kThreads, 0, stream>>>(p);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     const conv_wgrad::DyColumns<float, true> source{
