@@ -10,7 +10,6 @@
 // at once in float run these gradients from conv_grads_min_add_mul.cuh.
 #pragma once
 
-#include <algorithm>
 #include <type_traits>
 
 #include "conv_input_grad_swapped_launch.cuh"
