@@ -28,9 +28,9 @@ namespace scratchops {
 // the budget; the other part and the packed weights must fit the budget, and so must v4's
 // chunk of one image's parts, as there (else the operators apart run: where they would run
 // v2, this form's v4 would give other bits).
-struct MinAddMulGrads {  // bytes, each 16-byte aligned
+struct MinAddMulGrads {  // bytes, each 16-byte aligned (pieces: the one pass's partials a channel)
     bool one_pass;
-    long long part, sums, packed_weights, weight_grad;
+    long long pieces, part, sums, packed_weights, weight_grad;
     long long parts_end() const { return 2 * part + sums + packed_weights; }
     long long total() const {
         return one_pass ? parts_end() + weight_grad : std::max(parts_end(), weight_grad);
@@ -43,11 +43,11 @@ inline MinAddMulGrads min_add_mul_conv_grads_layout(int batch, int out_channels,
     const conv_wgrad::Slices s = conv_wgrad::slices_of<float>(batch, g, kWeightGradSlice);
     const bool one_pass =
         min_rule_operands::applies(s) && out_channels % min_rule_operands::kVec == 0;
-    const long long sums =
-        one_pass ? 2 * 4 * out_channels * min_rule_operands::pieces(s)
-                 : min_add_mul_backward_kept_channels_last_workspace_bytes(
-                       batch, out_channels, static_cast<int>(pixels));
-    return {one_pass, align16(4 * pixels * out_channels * batch), align16(sums),
+    const long long pieces = one_pass ? min_rule_operands::pieces(s) : 0;
+    const long long sums = one_pass ? 2 * 4 * out_channels * pieces
+                                    : min_add_mul_backward_kept_channels_last_workspace_bytes(
+                                          batch, out_channels, static_cast<int>(pixels));
+    return {one_pass, pieces, align16(4 * pixels * out_channels * batch), align16(sums),
             align16(4 * swapped::workspace_floats(out_channels, g).packed),
             align16(weight_grad_workspace_bytes<float>(batch, out_channels, g, engine, budget))};
 }
@@ -79,8 +79,7 @@ cudaError_t min_add_mul_conv_grads_launch(const float* dy, const uint8_t* halves
     auto* packed = reinterpret_cast<float*>(base + 2 * layout.part + layout.sums);
     cudaError_t err = cudaSuccess;
     if (layout.one_pass) {
-        const long long pieces = min_rule_operands::pieces(
-            conv_wgrad::slices_of<float>(batch, g, kWeightGradSlice));
+        const long long pieces = layout.pieces;
         const min_rule_operands::Outputs outputs{big, small, sums, sums + out_channels * pieces};
         err = weight_grad_implicit<float>(dy, x, dw, batch, out_channels, g, engine, false,
                                           base + layout.parts_end(), layout.weight_grad, stream,

@@ -262,8 +262,9 @@ constexpr long long kPartialGroupFrom = 1 << 16;
 
 // One chunk of entries [entry0, entry0 + entries): packing, then the product into the chunk's
 // partials, for products of Op (kTf32: a single product, as every 16-bit mode is); B the
-// min's gradient of dy where halves (DyColumns); b_packed: B is in `packed` already (the
-// min's one pass, min_add_mul_operands.cuh, wrote it), so no packing runs.
+// min's gradient of dy where halves (DyColumns); b_packed: B's big and small tiles and flags
+// are in `packed` already (the min's one pass, min_add_mul_operands.cuh, wrote them), so only
+// the deferred cross tiles' pass runs.
 template <bool kTf32, class Op, class T>
 cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeometry& g,
                     const Slices& s, int entry0, int entries, TensorCorePath engine,
@@ -276,15 +277,15 @@ cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeome
                                                         entries);
     const FastDiv by_row_len(static_cast<uint32_t>(s.row_len));
     auto pack = [&](auto min_rule) {
-        return tc::pack_b<kTcBN, Op, false, /*kDeferCross=*/true, kTf32>(
-            DyColumns<T, decltype(min_rule)::value>{dy, out_channels, g.out_w, s, rows, entry0,
-                                                    by_row_len, halves, factor},
-            packed, layout, stream);
+        const DyColumns<T, decltype(min_rule)::value> source{
+            dy, out_channels, g.out_w, s, rows, entry0, by_row_len, halves, factor};
+        if constexpr (std::is_same_v<Op, float> && !kTf32)  // (3xTF32's deferred tiles)
+            if (b_packed) return tc::pack_b_cross<kTcBN, false>(source, packed, layout, stream);
+        return tc::pack_b<kTcBN, Op, false, /*kDeferCross=*/true, kTf32>(source, packed, layout,
+                                                                        stream);
     };
     cudaError_t err = cudaErrorInvalidValue;  // (the rule: float's 3xTF32 alone takes it)
-    if (b_packed)
-        err = cudaSuccess;
-    else if (halves == nullptr)
+    if (halves == nullptr)
         err = pack(std::false_type{});
     else if constexpr (std::is_same_v<T, float> && !kTf32)
         err = pack(std::true_type{});

@@ -30,8 +30,8 @@
 //            k-block's stage, holding slots c, c + 8, c + 16, c + 24 (pack_b.cuh's spaced
 //            items), written by PackItem::scatter as pack_b writes it: a warp stores 4
 //            channels' 128-byte rows of one stage. The cross tiles stay deferred (pack_b's
-//            kDeferCross): pack_b_cross_kernel writes them after this pass where a value was
-//            not finite, from the flags this pass writes, one a block.
+//            kDeferCross): the product's pack_b_cross writes them after this pass where a value
+//            was not finite, from the flags this pass writes (write_nonfinite_flag).
 // A block walks units blockIdx.x, + gridDim.x, ..., the next unit's loads in flight while it
 // stores this one (operands_kernel); the grid is what the GPU holds at once, at most the
 // layout's pack_blocks(), so that every flag the product reads is written by this launch.
@@ -55,7 +55,7 @@ constexpr int kVec = 4;                             // channels a 16-byte vector
 // The tile's row pitch: odd, so that the parts' column reads (4 pixels x 8 vectors a warp)
 // hit 32 banks; the packed items' reads (4 channels x 8 chunks) then meet 2-way on 3 banks.
 constexpr int kPitch = kSegmentSlots + 9;
-static_assert(kChannelsWarp == 8 && kChannels % tc::kSpacing == 0, "the reduce-scatter's 8");
+static_assert(kChannelsWarp == 8, "the reduce-scatter's steps (fill) take 8 channels a warp");
 
 // Whether the one pass serves the weight gradient's slices s (see the top).
 inline bool applies(const conv_wgrad::Slices& s) { return s.row_len % kBlockK == 0; }
@@ -258,18 +258,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksSm) operands_kernel(Params p)
         nonfinite = store_packed(p, tile, u) || nonfinite;
         __syncthreads();  // (the tile is filled again)
     }
-    // Flag slots f = blockIdx.x (mod gridDim.x), the grid at most pack_blocks() blocks: every
-    // slot the product ORs is written, and every block's flag reaches one.
-    const int block_nonfinite = __syncthreads_or(nonfinite);
-    int* flags = reinterpret_cast<int*>(p.packed + p.layout.tiles_bytes());
-    if (threadIdx.x == 0)
-        for (int f = blockIdx.x; f < p.layout.pack_blocks(); f += gridDim.x)
-            flags[f] = block_nonfinite;
+    tc::write_nonfinite_flag(p.packed, p.layout, __syncthreads_or(nonfinite));
 }
 
 // The pass for the chunk of entries [entry0, entry0 + entries) of the slices s: its B packed
-// into `packed` (the layout product() reads) and its rows' parts and partial sums, then the
-// deferred cross tiles.
+// into `packed` (the layout product() reads; product() then runs the deferred cross tiles'
+// pass, b_packed) and its rows' parts and partial sums.
 inline cudaError_t launch(const float* dy, const uint8_t* halves, float factor,
                           const Outputs& out, int out_channels, const Conv2dGeometry& g,
                           const conv_wgrad::Slices& s, int entry0, int entries, uint8_t* packed,
@@ -290,13 +284,6 @@ inline cudaError_t launch(const float* dy, const uint8_t* halves, float factor,
     // (As many blocks as the GPU holds at once, at most the layout's flags; at least one.)
     const int blocks = std::min(layout.pack_blocks(), std::max(1, kBlocksSm * sm_count()));
     operands_kernel<<<blocks, kThreads, 0, stream>>>(p);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-    const conv_wgrad::DyColumns<float, true> source{
-        dy,   out_channels, g.out_w, s, rows, entry0, FastDiv(static_cast<uint32_t>(s.row_len)),
-        halves, factor};
-    tc::pack_b_cross_kernel<kTcBN, false><<<layout.pack_blocks(), tc::kPackThreads, 0, stream>>>(
-        source, packed, layout, tc::StagePlaces(layout));
     return cudaGetLastError();
 }
 

@@ -189,6 +189,18 @@ __device__ __forceinline__ void for_each_block_item(const Source& src, const Pac
     }
 }
 
+// A CTA's "B holds a non-finite value" flag (cta_nonfinite, the same in every thread: a
+// __syncthreads_or's result), written by thread 0 to every flag slot f = blockIdx.x (mod
+// gridDim.x) of the pack_blocks() that b_has_nonfinite ORs: with a grid of at most
+// pack_blocks() CTAs every slot is written and every CTA's flag reaches one (pack_b_kernel's
+// grid is pack_blocks(): a slot each).
+__device__ __forceinline__ void write_nonfinite_flag(uint8_t* packed, const PackedB& layout,
+                                                     int cta_nonfinite) {
+    int* flags = reinterpret_cast<int*>(packed + layout.tiles_bytes());
+    if (threadIdx.x == 0)
+        for (int f = blockIdx.x; f < layout.pack_blocks(); f += gridDim.x) flags[f] = cta_nonfinite;
+}
+
 // The packing kernel. kCross: the cross tiles too (see pack_b's kDeferCross); kSmall: the
 // small tiles (see pack_b's kOneProduct). At most 32 registers a thread, so that an SM of 2,048
 // threads (sm_80, sm_90) holds eight blocks: the packing is bound by its loads in flight, and
@@ -208,9 +220,7 @@ __global__ void SCRATCHOPS_PACK_REGISTER_CAP
     for_each_block_item<BN, Op, kNaturalK>(src, layout, places, [&](const PackItem<Op>& it) {
         nonfinite = it.template scatter<BN, kCross, kSmall>(packed, layout) || nonfinite;
     });
-    const int block_nonfinite = __syncthreads_or(nonfinite);
-    if (threadIdx.x == 0)
-        reinterpret_cast<int*>(packed + layout.tiles_bytes())[blockIdx.x] = block_nonfinite;
+    write_nonfinite_flag(packed, layout, __syncthreads_or(nonfinite));
 }
 
 // Whether pack_b met a non-finite value in B: its blocks' flags ORed, by every thread of the
@@ -246,11 +256,10 @@ struct PackedAlready {
 // pack_b's work done by a persistent kernel's own grid, as its first act (one launch instead of
 // two, and no gap between them): items i = blockIdx.x blockDim.x + threadIdx.x, + gridDim.x
 // blockDim.x, ... of all stages' 8 BN items, kPackInGridItems of a thread's at a time with
-// their loads in flight together; each CTA's "B has a non-finite value" flag written to every
-// flag slot f = blockIdx.x (mod gridDim.x) (so that b_has_nonfinite, which ORs all
-// pack_blocks() slots, ORs every CTA's: with blocks of at least kPackThreads threads a CTA
-// past the last slot has no item, and the launch keeps the grid within kPackBlocks CTAs);
-// then the whole grid meets: the kernel must be
+// their loads in flight together; each CTA's "B has a non-finite value" flag written by
+// write_nonfinite_flag (the launch keeps the grid within kPackBlocks CTAs, and with blocks of
+// at least kPackThreads threads a CTA past the last slot has no item); then the whole grid
+// meets: the kernel must be
 // launched cooperatively (all its CTAs resident at once: launch_packing_b), or the grid
 // barrier never opens. The fences: the copy engine (the async proxy) reads what these
 // ordinary stores wrote, so each writer fences before the barrier and each reader after it.
@@ -276,10 +285,7 @@ __device__ __forceinline__ void pack_b_in_grid(const Source& src, uint8_t* packe
             if (first + u * step < items)
                 nonfinite = its[u].template scatter<BN>(packed, layout) || nonfinite;
     }
-    const int cta_nonfinite = __syncthreads_or(nonfinite);
-    int* flags = reinterpret_cast<int*>(packed + layout.tiles_bytes());
-    if (threadIdx.x == 0)
-        for (int f = blockIdx.x; f < layout.pack_blocks(); f += gridDim.x) flags[f] = cta_nonfinite;
+    write_nonfinite_flag(packed, layout, __syncthreads_or(nonfinite));
     fence_proxy_async_global();
     cooperative_groups::this_grid().sync();
     fence_proxy_async_global();
@@ -294,6 +300,17 @@ __device__ __forceinline__ void pack_b_if_told(const Source& src, bool pack_insi
     if constexpr (Source::kPacks)
         if (pack_inside)
             pack_b_in_grid<BN, Op, kNaturalK>(src, const_cast<uint8_t*>(packed), layout);
+}
+
+// The deferred cross tiles' pass (pack_b_cross_kernel) of a B whose big and small tiles and
+// flags are written: by pack_b's first kernel (kDeferCross), or by a pass of its own in
+// pack_b's layout (min_add_mul_operands.cuh).
+template <int BN, bool kNaturalK, class Source>
+cudaError_t pack_b_cross(const Source& src, uint8_t* packed, const PackedB& layout,
+                         cudaStream_t stream) {
+    pack_b_cross_kernel<BN, kNaturalK><<<layout.pack_blocks(), kPackThreads, 0, stream>>>(
+        src, packed, layout, StagePlaces(layout));
+    return cudaGetLastError();
 }
 
 // Op: the operand type the engine multiplies (Operand), float for the TF32 split; kNaturalK:
@@ -317,12 +334,8 @@ cudaError_t pack_b(const Source& src, uint8_t* packed, const PackedB& layout,
     pack_b_kernel<BN, Op, kNaturalK, !kDefer && !kBigOnly, !kBigOnly>
         <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout, places);
     cudaError_t err = cudaGetLastError();
-    if constexpr (kDefer) {
-        if (err != cudaSuccess) return err;
-        pack_b_cross_kernel<BN, kNaturalK>
-            <<<layout.pack_blocks(), kPackThreads, 0, stream>>>(src, packed, layout, places);
-        err = cudaGetLastError();
-    }
+    if constexpr (kDefer)
+        if (err == cudaSuccess) err = pack_b_cross<BN, kNaturalK>(src, packed, layout, stream);
     return err;
 }
 
