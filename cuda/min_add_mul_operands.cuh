@@ -18,18 +18,20 @@
 // channels): the slots [128 s, 128 s + 128) of that row for those channels, 4 k-blocks at most.
 //   fill     warp w loads channels w * 8 .. w * 8 + 7 of the group, lane l the slots l + 32 h
 //            (h < 4): a warp's load is 128 consecutive bytes of dy and 32 of the shares,
-//            whatever dy's alignment. d goes to tile[channel][slot]; 0 past OW, past the
-//            batch's last row and past Cout (B's padding). Each lane adds its 4 values of dy
+//            whatever dy's alignment. d is split once (split_tf32) into its two TF32 parts,
+//            which go to the tile's two planes [channel][slot]; 0 past OW, past the batch's
+//            last row and past Cout (B's padding). Each lane adds its 4 values of dy
 //            and of d per channel, then the warp reduce-scatters the 8 channels' two sums
 //            (xor 16, 8, 4: a lane keeps half of what it holds and sends the other half; then
 //            xor 2, 1), so that lane 4 i ends with channel i's sums: one partial a unit and
 //            channel, at piece r * segments + s of that channel's row of partials.
 //   parts    thread (slot, vector) of 128 slots x 8 vectors of 4 channels: a warp stores 4
-//            pixels' 128-byte lines of each part (big = split_tf32's, small the rest).
+//            pixels' 128-byte lines of each part.
 //   packed   item (channel, k-block, chunk c): the 16-byte chunk c of that channel's row of the
 //            k-block's stage, holding slots c, c + 8, c + 16, c + 24 (pack_b.cuh's spaced
-//            items), written by PackItem::scatter as pack_b writes it: a warp stores 4
-//            channels' 128-byte rows of one stage. The cross tiles stay deferred (pack_b's
+//            items), its big and small chunks written where PackItem::chunk_of places them
+//            (pack_b's layout, the same split as its scatter): a warp stores 4 channels'
+//            128-byte rows of one stage. The cross tiles stay deferred (pack_b's
 //            kDeferCross): the product's pack_b_cross writes them after this pass where a value
 //            was not finite, from the flags this pass writes (write_nonfinite_flag).
 // A block walks units blockIdx.x, + gridDim.x, ..., the next unit's loads in flight while it
@@ -52,8 +54,9 @@ constexpr int kSegmentSlots = 4 * kBlockK;             // a unit's slots: 4 k-bl
 constexpr int kWarps = kThreads / 32;
 constexpr int kChannelsWarp = kChannels / kWarps;  // 8: the fill's channels a warp
 constexpr int kVec = 4;                             // channels a 16-byte vector of a part
-// The tile's row pitch: odd, so that the parts' column reads (4 pixels x 8 vectors a warp)
-// hit 32 banks; the packed items' reads (4 channels x 8 chunks) then meet 2-way on 3 banks.
+// The tile's row pitch (a plane's, in 4-byte parts): odd, so that the parts' column reads (4
+// pixels x 8 vectors a warp) hit 32 banks; the packed items' reads (4 channels x 8 chunks)
+// then meet 2-way on 3 banks.
 constexpr int kPitch = kSegmentSlots + 9;
 static_assert(kChannelsWarp == 8, "the reduce-scatter's steps (fill) take 8 channels a warp");
 
@@ -138,11 +141,35 @@ __device__ __forceinline__ void load_unit(const Params& p, const Unit& u, UnitLo
     }
 }
 
+// The tile a block fills a unit at a time: d split once (split_tf32) into its two TF32 parts,
+// each part a plane [channel][slot] that both stores read (a value split in each store cost
+// a third of the pass's instructions).
+struct Tile {
+    uint32_t big[kChannels][kPitch];
+    uint32_t small[kChannels][kPitch];
+};
+
+// One step of fill's reduce-scatter (below) over the first kWidth sums, across lane bit kBit.
+// (Its count a template argument: as a loop of halving widths, the compiler kept the sums in
+// local memory once the fill's body grew.)
+template <int kWidth, int kBit>
+__device__ __forceinline__ void reduce_scatter_step(float* sums, int lane) {
+    const bool upper = (lane & kBit) != 0;
+#pragma unroll
+    for (int k = 0; k < kWidth / 2; ++k) {
+        const float send = upper ? sums[k] : sums[k + kWidth / 2];
+        const float keep = upper ? sums[k + kWidth / 2] : sums[k];
+        sums[k] = keep + __shfl_xor_sync(0xffffffffu, send, kBit);
+    }
+}
+
 // A unit's fill (see the top) from its loads; returns with the tile filled and the unit's
-// partials written.
-__device__ __forceinline__ void fill(const Params& p, float (*tile)[kPitch], const Unit& u,
+// partials written, and says whether one of its values of d was not finite (cross != big:
+// where the product's deferred cross pass has work, pack_b_cross).
+__device__ __forceinline__ bool fill(const Params& p, Tile& tile, const Unit& u,
                                      const UnitLoads& q) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    bool nonfinite = false;
     float sums[2 * kChannelsWarp];  // (channel i's dy sum at 2 i, d's at 2 i + 1)
 #pragma unroll
     for (int i = 0; i < kChannelsWarp; ++i) {
@@ -154,7 +181,10 @@ __device__ __forceinline__ void fill(const Params& p, float (*tile)[kPitch], con
             const float d = here(p, u, warp, i, slot)
                                 ? min_rule_from_halves<float>(q.g[i][h], p.factor, q.share[i][h])
                                 : 0.0f;
-            tile[warp * kChannelsWarp + i][slot] = d;
+            const Tf32Split parts = split_tf32(d);
+            tile.big[warp * kChannelsWarp + i][slot] = parts.big;
+            tile.small[warp * kChannelsWarp + i][slot] = parts.small;
+            nonfinite |= parts.cross != parts.big;
             dy_sum += q.g[i][h];
             d_sum += d;
         }
@@ -163,16 +193,9 @@ __device__ __forceinline__ void fill(const Params& p, float (*tile)[kPitch], con
     }
     // The reduce-scatter: at xor 16, 8, 4 a lane keeps the half of its sums its lane bit picks
     // and adds its partner's; 16 -> 8 -> 4 -> 2 values, channel lane / 4's pair.
-#pragma unroll
-    for (int width = 2 * kChannelsWarp, bit = 16; width > 2; width /= 2, bit /= 2) {
-        const bool upper = (lane & bit) != 0;
-#pragma unroll
-        for (int k = 0; k < width / 2; ++k) {
-            const float send = upper ? sums[k] : sums[k + width / 2];
-            const float keep = upper ? sums[k + width / 2] : sums[k];
-            sums[k] = keep + __shfl_xor_sync(0xffffffffu, send, bit);
-        }
-    }
+    reduce_scatter_step<2 * kChannelsWarp, 16>(sums, lane);
+    reduce_scatter_step<kChannelsWarp, 8>(sums, lane);
+    reduce_scatter_step<kChannelsWarp / 2, 4>(sums, lane);
 #pragma unroll
     for (int bit = 2; bit > 0; bit /= 2) {
         sums[0] += __shfl_xor_sync(0xffffffffu, sums[0], bit);
@@ -185,57 +208,65 @@ __device__ __forceinline__ void fill(const Params& p, float (*tile)[kPitch], con
         p.out.dy_partial[at] = sums[0];
         p.out.dx_partial[at] = sums[1];
     }
-}
-
-// The unit's two parts, channels-last (see the top).
-__device__ __forceinline__ void store_parts(const Params& p, const float (*tile)[kPitch],
-                                            const Unit& u) {
-    if (!u.real_row) return;
-    const int segment = u.segment, group = u.group;
-    const long long pixel0 = static_cast<long long>(u.n) * p.out_h * p.out_w +
-                             static_cast<long long>(u.oh) * p.out_w + segment * kSegmentSlots;
-    constexpr int kVecs = kChannels / kVec;
-    for (int v = threadIdx.x; v < kSegmentSlots * kVecs; v += kThreads) {
-        const int slot = v / kVecs, row = v % kVecs * kVec, co = group * kChannels + row;
-        if (segment * kSegmentSlots + slot >= p.out_w || co >= p.cout) continue;
-        uint32_t big[kVec], small[kVec];
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-            const Tf32Split s = split_tf32(tile[row + i][slot]);
-            big[i] = s.big;
-            small[i] = s.small;
-        }
-        const long long at = (pixel0 + slot) * p.cout + co;  // (Cout % kVec == 0: aligned)
-        *reinterpret_cast<uint4*>(p.out.big + at) = make_uint4(big[0], big[1], big[2], big[3]);
-        *reinterpret_cast<uint4*>(p.out.small + at) =
-            make_uint4(small[0], small[1], small[2], small[3]);
-    }
-}
-
-// The unit's items of the packed B (see the top); whether one held a value that is not finite.
-__device__ __forceinline__ bool store_packed(const Params& p, const float (*tile)[kPitch],
-                                             const Unit& u) {
-    using gemm_tc::kTcBN;
-    const int row_chunk = u.row_chunk, segment = u.segment, group = u.group;
-    const int entry = row_chunk / p.rows_per_slice;
-    const int kb0 = (row_chunk - entry * p.rows_per_slice) * p.kb_per_row +
-                    segment * (kSegmentSlots / kBlockK);
-    const int kblocks = p.kb_per_row - segment * (kSegmentSlots / kBlockK);
-    constexpr int kItemsKBlock = kChannels * 8;  // 8 chunks a channel's row
-    bool nonfinite = false;
-    for (int v = threadIdx.x; v < kItemsKBlock * (kSegmentSlots / kBlockK); v += kThreads) {
-        const int kb = v / kItemsKBlock, row = v % kItemsKBlock / 8, chunk = v % 8;
-        if (kb >= kblocks) break;  // (v only grows)
-        const int co = group * kChannels + row;
-        tc::PackItem<float> it;
-        it.stage = (entry * p.layout.n_tiles + co / kTcBN) * p.layout.num_kb + kb0 + kb;
-        it.item = co % kTcBN * 8 + chunk;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-            it.values[j] = tile[row][kb * kBlockK + chunk + tc::kSpacing * j];
-        nonfinite = it.scatter<kTcBN, /*kCross=*/false>(p.packed, p.layout) || nonfinite;
-    }
     return nonfinite;
+}
+
+// The unit's slots before OW (none where its row is past the batch's last).
+__device__ __forceinline__ int unit_slots(const Params& p, const Unit& u) {
+    return u.real_row ? min(kSegmentSlots, p.out_w - u.segment * kSegmentSlots) : 0;
+}
+
+// The unit's two parts, channels-last (see the top): thread t stores channels 4 (t % 8) ..
+// + 3 of slots t / 8, + 16, ... (a warp 4 pixels' 128-byte lines of each part a store).
+__device__ __forceinline__ void store_parts(const Params& p, const Tile& tile, const Unit& u) {
+    constexpr int kVecs = kChannels / kVec, kSlotStep = kThreads / kVecs;
+    const int row = threadIdx.x % kVecs * kVec, co = u.group * kChannels + row;
+    if (co >= p.cout) return;
+    const int slots = unit_slots(p, u);
+    const long long pixel0 = static_cast<long long>(u.n) * p.out_h * p.out_w +
+                             static_cast<long long>(u.oh) * p.out_w + u.segment * kSegmentSlots;
+#pragma unroll 4
+    for (int slot = threadIdx.x / kVecs; slot < slots; slot += kSlotStep) {
+        const long long at = (pixel0 + slot) * p.cout + co;  // (Cout % kVec == 0: aligned)
+        *reinterpret_cast<uint4*>(p.out.big + at) =
+            make_uint4(tile.big[row][slot], tile.big[row + 1][slot], tile.big[row + 2][slot],
+                       tile.big[row + 3][slot]);
+        *reinterpret_cast<uint4*>(p.out.small + at) =
+            make_uint4(tile.small[row][slot], tile.small[row + 1][slot],
+                       tile.small[row + 2][slot], tile.small[row + 3][slot]);
+    }
+}
+
+// The unit's items of the packed B (see the top): thread t stores chunk t % 8 of channel rows
+// t / 8 and t / 8 + 16 of each of the unit's k-blocks, at the place PackItem's chunk_of gives
+// (the packing's own layout), its big and small tiles (the cross tiles stay deferred).
+__device__ __forceinline__ void store_packed(const Params& p, const Tile& tile, const Unit& u) {
+    using gemm_tc::kTcBN;
+    constexpr int kChunks = 8, kRowStep = kThreads / kChunks;
+    const int entry = u.row_chunk / p.rows_per_slice;
+    const int kb0 = (u.row_chunk - entry * p.rows_per_slice) * p.kb_per_row +
+                    u.segment * (kSegmentSlots / kBlockK);
+    const int kblocks =
+        min(kSegmentSlots / kBlockK, p.kb_per_row - u.segment * (kSegmentSlots / kBlockK));
+    const int chunk = threadIdx.x % kChunks;
+#pragma unroll
+    for (int row = threadIdx.x / kChunks; row < kChannels; row += kRowStep) {
+        const int co = u.group * kChannels + row;
+        tc::PackItem<float> it;
+        it.item = co % kTcBN * kChunks + chunk;
+        const int stage0 = (entry * p.layout.n_tiles + co / kTcBN) * p.layout.num_kb + kb0;
+        for (int kb = 0; kb < kblocks; ++kb) {
+            it.stage = stage0 + kb;
+            const int slot = kb * kBlockK + chunk;
+            const uint32_t* big = &tile.big[row][slot];
+            const uint32_t* small = &tile.small[row][slot];
+            constexpr int s = tc::kSpacing;
+            *it.chunk_of<kTcBN>(p.packed, p.layout, 0) =
+                make_uint4(big[0], big[s], big[2 * s], big[3 * s]);
+            *it.chunk_of<kTcBN>(p.packed, p.layout, 1) =
+                make_uint4(small[0], small[s], small[2 * s], small[3 * s]);
+        }
+    }
 }
 
 // Each thread issues the next unit's loads (load_unit) once this unit's tile is filled, and
@@ -244,18 +275,18 @@ __device__ __forceinline__ bool store_packed(const Params& p, const float (*tile
 // registers a thread, so the kernel holds kBlocksSm blocks an SM at up to 128 registers.
 constexpr int kBlocksSm = 4;
 __global__ void __launch_bounds__(kThreads, kBlocksSm) operands_kernel(Params p) {
-    __shared__ float tile[kChannels][kPitch];
+    __shared__ Tile tile;
     bool nonfinite = false;
     UnitLoads loads;
     if (static_cast<int>(blockIdx.x) < p.units) load_unit(p, unit_of(p, blockIdx.x), loads);
     for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
         const Unit u = unit_of(p, unit);
-        fill(p, tile, u, loads);
+        nonfinite = fill(p, tile, u, loads) || nonfinite;
         __syncthreads();
         if (unit + static_cast<int>(gridDim.x) < p.units)
             load_unit(p, unit_of(p, unit + gridDim.x), loads);
         store_parts(p, tile, u);
-        nonfinite = store_packed(p, tile, u) || nonfinite;
+        store_packed(p, tile, u);
         __syncthreads();  // (the tile is filled again)
     }
     tc::write_nonfinite_flag(p.packed, p.layout, __syncthreads_or(nonfinite));
