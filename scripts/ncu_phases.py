@@ -8,6 +8,8 @@ then, anywhere:
 or, to find the ranges worth naming, each source file's share and the N lines that execute
 the most instructions (helpers inlined from other files count where they are written):
     python3 scripts/ncu_phases.py view.csv --lines N
+or each stall reason's share of the samples:
+    python3 scripts/ncu_phases.py view.csv --stalls
 Each SASS instruction counts toward the phase of its source line; one from a line outside
 every range (a helper in another file, inlined) counts toward the phase of the instruction
 before it in address order. The share of stall samples is the share of the kernel's time
@@ -31,8 +33,8 @@ def number(text: str) -> float:
         return 0.0
 
 
-def instructions(path: str):
-    """(address, source file, source line, {column: value}) of each SASS instruction."""
+def sass_rows(path: str):
+    """(header, row, source file, source line) of each SASS instruction's row of the view."""
     header, file, line = None, None, None
     for row in csv.reader(open(path)):
         if not row:
@@ -44,9 +46,29 @@ def instructions(path: str):
         elif header and row[0] not in ("", "Function Name"):
             line = int(row[0])
         elif header and row[0] == "" and row[2].startswith("0x"):
-            values = dict(zip(header[4:], row[4:]))
-            yield int(row[2], 16), file, line, {k: number(values.get(c, "0"))
-                                                for k, c in COLUMNS.items()}
+            yield header, row, file, line
+
+
+def instructions(path: str):
+    """(address, source file, source line, {column: value}) of each SASS instruction."""
+    for header, row, file, line in sass_rows(path):
+        values = dict(zip(header[4:], row[4:]))
+        yield int(row[2], 16), file, line, {k: number(values.get(c, "0"))
+                                            for k, c in COLUMNS.items()}
+
+
+def stalls(path: str) -> None:
+    """Each stall reason's share of the kernel's stall samples (those of warps that issued
+    nothing in the sampled cycle, ncu's '(Not Issued)' columns, left out: they repeat them)."""
+    totals = collections.Counter()
+    for header, row, _, _ in sass_rows(path):
+        for column, text in zip(header[4:], row[4:]):
+            if column.startswith("stall_") and "Not Issued" not in column:
+                totals[column] += number(text)
+    everything = max(sum(totals.values()), 1)
+    for column, samples in totals.most_common():
+        if samples:
+            print(f"{column:28s}{samples:10.0f}{100 * samples / everything:8.1f}%")
 
 
 def print_totals(totals: collections.Counter) -> None:
@@ -103,6 +125,8 @@ def lines(path: str, count: int) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[2] == "--lines":
         lines(sys.argv[1], int(sys.argv[3]))
+    elif len(sys.argv) == 3 and sys.argv[2] == "--stalls":
+        stalls(sys.argv[1])
     elif len(sys.argv) >= 3 and not sys.argv[2].startswith("--"):
         main(sys.argv[1], sys.argv[2:])
     else:
