@@ -255,9 +255,9 @@ cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
         cudaError_t err = cudaSuccess;
         if (s.count == 0)  // an empty batch: dW = 0 (a sum of no partials)
             err = batch_sum_launch<float, float>(nullptr, nullptr, accumulator, 0, kc, stream);
+        const bool b_packed = operands != nullptr;  // (by the min's one pass)
         for (int e0 = 0; e0 < s.count && err == cudaSuccess; e0 += per_chunk) {
             const int entries = s.count - e0 < per_chunk ? s.count - e0 : per_chunk;
-            const bool b_packed = operands != nullptr;  // (by the min's one pass)
             if (b_packed) {
                 err = cudaErrorInvalidValue;  // (float's 3xTF32 alone)
                 if constexpr (std::is_same_v<T, float>)  // (apart: T is no lambda parameter)

@@ -41,8 +41,7 @@ inline MinAddMulGrads min_add_mul_conv_grads_layout(int batch, int out_channels,
                                                     TensorCorePath engine, long long budget) {
     const long long pixels = static_cast<long long>(g.out_h) * g.out_w;
     const conv_wgrad::Slices s = conv_wgrad::slices_of<float>(batch, g, kWeightGradSlice);
-    const bool one_pass =
-        min_rule_operands::applies(s) && out_channels % min_rule_operands::kVec == 0;
+    const bool one_pass = min_rule_operands::applies(s, out_channels);
     const long long pieces = one_pass ? min_rule_operands::pieces(s) : 0;
     const long long sums = one_pass ? 2 * 4 * out_channels * pieces
                                     : min_add_mul_backward_kept_channels_last_workspace_bytes(

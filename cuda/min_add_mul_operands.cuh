@@ -12,7 +12,8 @@
 // chunk's product, in the place of its packing.
 //
 // Where it applies (applies): output rows of whole k-blocks (row_len, OW rounded up to 8, a
-// multiple of 32), so that no k-block of B spans two output rows.
+// multiple of 32), so that no k-block of B spans two output rows, and Cout a multiple of kVec
+// (a pixel's channels in the parts' 16-byte vectors).
 //
 // A unit is (output row r of the chunk, segment s of the row's slots, group of kChannels
 // channels): the slots [128 s, 128 s + 128) of that row for those channels, 4 k-blocks at most.
@@ -60,8 +61,11 @@ constexpr int kVec = 4;                             // channels a 16-byte vector
 constexpr int kPitch = kSegmentSlots + 9;
 static_assert(kChannelsWarp == 8, "the reduce-scatter's steps (fill) take 8 channels a warp");
 
-// Whether the one pass serves the weight gradient's slices s (see the top).
-inline bool applies(const conv_wgrad::Slices& s) { return s.row_len % kBlockK == 0; }
+// Whether the one pass serves the weight gradient's slices s of dy's Cout channels (see the
+// top).
+inline bool applies(const conv_wgrad::Slices& s, int out_channels) {
+    return s.row_len % kBlockK == 0 && out_channels % kVec == 0;
+}
 inline int segments(const conv_wgrad::Slices& s) {
     return (s.row_len + kSegmentSlots - 1) / kSegmentSlots;
 }
@@ -300,7 +304,7 @@ inline cudaError_t launch(const float* dy, const uint8_t* halves, float factor,
                           const conv_wgrad::Slices& s, int entry0, int entries, uint8_t* packed,
                           cudaStream_t stream) {
     using gemm_tc::kTcBN;
-    if (!applies(s) || out_channels % kVec != 0) return cudaErrorInvalidValue;
+    if (!applies(s, out_channels)) return cudaErrorInvalidValue;
     const tc::PackedB layout =
         tc::packed_b_layout<float>(kTcBN, out_channels, s.slice_len(), entries);
     const conv_wgrad::OutputRows rows{g.out_h, FastDiv(static_cast<uint32_t>(g.out_h))};

@@ -7,20 +7,7 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/mix_probe scripts/mix_probe.cu && /tmp/mix_probe
 // Each line: the bytes read and written, the median of 20 launches (CUDA events, L2 flushed by
 // a 512 MiB memset before each) and the rate, (read + written) / time.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <vector>
-
-#define CHECK(call)                                                                    \
-    do {                                                                               \
-        cudaError_t e = (call);                                                        \
-        if (e != cudaSuccess) {                                                        \
-            std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-            std::exit(1);                                                              \
-        }                                                                              \
-    } while (0)
+#include "standalone_driver.cuh"  // (CHECK)
 
 // Each thread moves float4s n4 apart (a grid-stride loop): kReads sources (0 or 1) into
 // kWrites destinations, each destination dst + d * n4.

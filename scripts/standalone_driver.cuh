@@ -1,6 +1,7 @@
-// standalone_driver.cuh — what the nvcc-only drivers (wgrad_standalone.cu, dgrad_standalone.cu)
-// share: every CUDA call checked, a host vector's device copy, a call's median time over
-// repeated runs, and a hash of a result's bits (to compare two builds bit for bit).
+// standalone_driver.cuh — what the nvcc-only drivers (wgrad_standalone.cu, dgrad_standalone.cu;
+// mix_probe.cu its CHECK) share: every CUDA call checked, a host vector's device copy, a call's
+// median time over repeated runs, and a hash of a result's bits (to compare two builds bit for
+// bit).
 #pragma once
 
 #include <algorithm>
