@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <math.h>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -297,6 +298,38 @@ inline int sm_count() {
         return 1;
     if (device < kRememberedDevices) counts[device].store(count, std::memory_order_relaxed);
     return count;
+}
+
+// -------------------------------------------------------------- kernels side by side
+// Programmatic dependent launch (sm_90): a kernel launched by launch_beside_previous may start
+// once every CTA of the kernel before it on the stream has run let_next_kernel_start (or
+// exited), and runs on whatever multiprocessors that kernel leaves free. It must not read what
+// that kernel writes, and it ends with wait_for_previous_kernel, so that its completion, which
+// the next kernel on the stream waits for, implies the earlier kernel's too. Elsewhere both
+// instructions are nothing and the launch is an ordinary one (a kernel after the other).
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+template <class... Params, class... Args>
+cudaError_t launch_beside_previous(void (*kernel)(Params...), int blocks, int threads,
+                                   cudaStream_t stream, Args&&... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(threads);
+    config.stream = stream;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // ------------------------------------------------------------------------ fast division

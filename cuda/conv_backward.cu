@@ -91,6 +91,9 @@
 //   over dy            gradient's packed B, a chunk of slices at a time before that chunk's
 //                      product, where the two passes above each read them
 //                      (min_add_mul_operands.cuh; conv_grads_min_add_mul.cuh runs both forms).
+//   ... beside the     (sm_90, the weight gradient v4) each chunk's pass runs beside the
+//   product            previous chunk's product, on multiprocessors that product leaves free
+//                      (conv_weight_grad_implicit.cuh's chunk_buffers; the step 11.54 -> 11.06).
 
 #include "common.cuh"
 #include "launchers.h"

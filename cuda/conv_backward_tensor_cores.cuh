@@ -248,30 +248,47 @@ cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
         constexpr bool kT = decltype(kTf32)::value;
         using Op = decltype(op);
         const conv_wgrad::Slices s = conv_wgrad::slices_of<Op>(batch, g, kWeightGradSlice);
-        const int per_chunk =
-            conv_wgrad::chunk_entries(s, taps, out_channels, workspace_bytes - fixed);
-        auto* partials = reinterpret_cast<float*>(
-            chunk + conv_wgrad::chunk_bytes(s, taps, out_channels, per_chunk).packed);
+        const bool b_packed = operands != nullptr;  // (by the min's one pass)
+        const conv_wgrad::ChunkBuffers buffers = conv_wgrad::chunk_buffers<kT, Op>(
+            s, taps, out_channels, g, engine, workspace_bytes - fixed, b_packed);
+        const int per_chunk = buffers.entries;
+        const long long packed_bytes =
+            conv_wgrad::chunk_bytes(s, taps, out_channels, per_chunk).packed;
+        auto packed_of = [&](int c) { return chunk + (c % buffers.count) * buffers.stride; };
+        auto partials_of = [&](int c) {
+            return reinterpret_cast<float*>(packed_of(c) + packed_bytes);
+        };
+        // The min's one pass for chunk c (entries from e0): beside the product before it
+        // (chunk c's unit counter), or in turn; with two buffers it zeroes chunk c + 1's.
+        auto one_pass = [&](int c, int e0, bool beside) {
+            cudaError_t err = cudaErrorInvalidValue;  // (float's 3xTF32 alone)
+            if constexpr (std::is_same_v<T, float>)  // (apart: T is no lambda parameter)
+                if constexpr (std::is_same_v<Op, float> && !kT) {
+                    int* counters = reinterpret_cast<int*>(chunk + 2 * buffers.stride);
+                    err = min_rule_operands::launch(
+                        dy, halves, factor, *operands, out_channels, g, s, e0,
+                        s.count - e0 < per_chunk ? s.count - e0 : per_chunk, packed_of(c),
+                        stream, beside ? counters + c % 2 : nullptr,
+                        buffers.count == 2 ? counters + (c + 1) % 2 : nullptr);
+                }
+            return err;
+        };
         cudaError_t err = cudaSuccess;
         if (s.count == 0)  // an empty batch: dW = 0 (a sum of no partials)
             err = batch_sum_launch<float, float>(nullptr, nullptr, accumulator, 0, kc, stream);
-        const bool b_packed = operands != nullptr;  // (by the min's one pass)
-        for (int e0 = 0; e0 < s.count && err == cudaSuccess; e0 += per_chunk) {
+        if (b_packed && s.count > 0) err = one_pass(0, 0, false);
+        for (int c = 0, e0 = 0; e0 < s.count && err == cudaSuccess; ++c, e0 += per_chunk) {
             const int entries = s.count - e0 < per_chunk ? s.count - e0 : per_chunk;
-            if (b_packed) {
-                err = cudaErrorInvalidValue;  // (float's 3xTF32 alone)
-                if constexpr (std::is_same_v<T, float>)  // (apart: T is no lambda parameter)
-                    if constexpr (std::is_same_v<Op, float> && !kT)
-                        err = min_rule_operands::launch(dy, halves, factor, *operands,
-                                                        out_channels, g, s, e0, entries, chunk,
-                                                        stream);
-            }
-            if (err == cudaSuccess)
-                err = conv_wgrad::product<kT, Op>(dy, x, out_channels, g, s, e0, entries,
-                                                  engine, chunk, partials, stream, halves,
-                                                  factor, b_packed);
+            const bool next = b_packed && e0 + per_chunk < s.count;
+            // (With two buffers the next chunk's pass runs beside this chunk's product.)
+            const int free_sms = next && buffers.count == 2 ? buffers.free_sms : 0;
+            err = conv_wgrad::product<kT, Op>(dy, x, out_channels, g, s, e0, entries, engine,
+                                              packed_of(c), partials_of(c), stream, halves,
+                                              factor, b_packed, free_sms);
+            if (err == cudaSuccess && next) err = one_pass(c + 1, e0 + per_chunk, free_sms > 0);
             if (err == cudaSuccess)  // accumulator += partial[0] + partial[1] + ..., in order
-                err = batch_sum_launch<float, float>(partials, e0 == 0 ? nullptr : accumulator,
+                err = batch_sum_launch<float, float>(partials_of(c),
+                                                     e0 == 0 ? nullptr : accumulator,
                                                      accumulator, entries, kc, stream);
         }
         return err;

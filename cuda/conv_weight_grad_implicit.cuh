@@ -247,6 +247,47 @@ inline int chunk_entries(const Slices& s, int taps, int out_channels, long long 
     return entries > 1 ? static_cast<int>(entries) : 1;
 }
 
+// Where the min's one pass writes the packed B (weight_grad_implicit's `operands`) and the
+// product is v4 (wgrad_ring, sm_90), the pass of chunk c + 1 runs beside the product of chunk
+// c, into the other of two chunk buffers: the product's grid leaves kOnePassSms
+// multiprocessors free, the pass (launched beside it: launch_beside_previous, common.cuh)
+// starts there, and its blocks claim units from a counter, so that those that start as the
+// product's CTAs end take what is left. The product is held by its instructions and the
+// pass by its traffic, so the pass on 24 multiprocessors keeps up with the product on the
+// other 108 (P31 on an H200: 612 us for the pass of 151 entries beside the product's 604;
+// in turn the pass took 559 us and the product 978 for 311 entries; 16 and 20 left the pass
+// behind, 28 the product: docs/notes.md, "The one pass beside the weight gradient's
+// product"). A chunk is a whole number of rounds of the product's grid (its persistent CTAs
+// take tiles in turn: a partial last round leaves CTAs idle).
+constexpr int kOnePassSms = 24;
+struct ChunkBuffers {
+    int count;         // 1, or 2 (the pass beside the product)
+    int entries;       // a chunk's entries
+    long long stride;  // bytes from one buffer to the next; the passes' two unit counters
+                       // after the second buffer (count 2)
+    int free_sms;      // multiprocessors the product leaves to the pass beside it (count 2)
+};
+template <bool kTf32, class Op>
+ChunkBuffers chunk_buffers(const Slices& s, int taps, int out_channels,
+                           const Conv2dGeometry& g, TensorCorePath engine, long long available,
+                           bool b_packed) {
+    const int one = chunk_entries(s, taps, out_channels, available);
+    const ChunkBuffers in_turn{1, one, chunk_bytes(s, taps, out_channels, one).total(), 0};
+    if (!std::is_same_v<Op, float> || kTf32 || !b_packed || one >= s.count ||
+        2 * kOnePassSms >= sm_count() || !wgrad_ring::applies(g, s.row_len, engine, kTf32))
+        return in_turn;
+    int half = chunk_entries(s, taps, out_channels, available / 2);
+    const long long ctas = sm_count() - kOnePassSms;
+    const int tiles = wgrad_ring::tiles_per_entry(taps, out_channels);
+    const long long rounds = static_cast<long long>(half) * tiles / ctas;  // whole ones
+    if (rounds > 0) half = static_cast<int>(rounds * ctas / tiles);
+    const long long stride = chunk_bytes(s, taps, out_channels, half).total();
+    const long long counters = 16;  // (the two passes' unit counters, 16-byte aligned)
+    return half > 0 && 2 * stride + counters <= available
+               ? ChunkBuffers{2, half, stride, kOnePassSms}
+               : in_turn;
+}
+
 // k-blocks whose products one partial sum of the 3xTF32 mode holds before an fp32 add joins it
 // to the total (tf32x3.cuh, "partial sums"; mma_sync_3xtf32.cuh likewise), on reductions of at
 // least kPartialGroupFrom slots. At 1 the 64 adds a thread run every k-block, and on wgmma the
@@ -264,12 +305,14 @@ constexpr long long kPartialGroupFrom = 1 << 16;
 // partials, for products of Op (kTf32: a single product, as every 16-bit mode is); B the
 // min's gradient of dy where halves (DyColumns); b_packed: B's big and small tiles and flags
 // are in `packed` already (the min's one pass, min_add_mul_operands.cuh, wrote them), so only
-// the deferred cross tiles' pass runs.
+// the deferred cross tiles' pass runs; free_sms: the v4 kernel leaves that many
+// multiprocessors to the kernel launched beside it (wgrad_ring::launch).
 template <bool kTf32, class Op, class T>
 cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeometry& g,
                     const Slices& s, int entry0, int entries, TensorCorePath engine,
                     uint8_t* packed, float* partials, cudaStream_t stream,
-                    const uint8_t* halves, float factor, bool b_packed = false) {
+                    const uint8_t* halves, float factor, bool b_packed = false,
+                    int free_sms = 0) {
     using namespace gemm_tc;
     const int taps = g.channels * g.kernel_h * g.kernel_w;
     const OutputRows rows{g.out_h, FastDiv(static_cast<uint32_t>(g.out_h))};
@@ -304,7 +347,7 @@ cudaError_t product(const T* dy, const T* x, int out_channels, const Conv2dGeome
             if (wgrad_ring::applies(g, s.row_len, engine, kTf32))
                 return wgrad_ring::launch<kGroup, kTf32>(
                     wgrad_ring::geometry(x, g, s.row_len, s.rows_per_slice, s.total_rows, entry0),
-                    store, packed, layout, entries, stream);
+                    store, packed, layout, entries, stream, free_sms);
         return tensor_core_launch<kTcBN, kTcMB, kTcStages, kGroup, kTf32, Op>(
             engine, loader, store, packed, layout, taps, entries, /*b_shared=*/false, stream);
     };

@@ -214,6 +214,8 @@ __global__ void __launch_bounds__(tf32x3::kThreads, 1)
     uint8_t* stages = tc::align_1024(smem_raw);
     const int my_tiles = ctas_tiles(grid);
     const int num_kb = layout.num_kb;
+    // (The next chunk's one pass may start on the multiprocessors this grid leaves free.)
+    if (threadIdx.x == 0) let_next_kernel_start();
     if (threadIdx.x == 0) init_stage_barriers(full_bar, empty_bar);
     const bool b_cross_tile = tc::b_has_nonfinite(packed_b, layout);
     const uint32_t copy_bytes = tc::stage_copy_bytes<kTf32>(b_cross_tile, Cfg::kTileBytes);
@@ -234,11 +236,19 @@ __global__ void __launch_bounds__(tf32x3::kThreads, 1)
 #endif
 }
 
+// Tiles an entry of slices takes in launch's grid (tc::prepare_launch's m_tiles x n_tiles).
+inline int tiles_per_entry(int taps, int out_channels) {
+    return (taps + kBM - 1) / kBM * ((out_channels + kBN - 1) / kBN);
+}
+
 // The product of `entries` entries of slices (conv_weight_grad_implicit.cuh's product(), its
-// packed B and its epilogue) with A from the rings; r from geometry(), where applies().
+// packed B and its epilogue) with A from the rings; r from geometry(), where applies(). On
+// every multiprocessor, or all but free_sms of them (for a kernel beside it: common.cuh's
+// launch_beside_previous).
 template <int kGroup, bool kTf32, class Epilogue>
 cudaError_t launch(const RingGeometry& r, const Epilogue& epilogue, const uint8_t* packed,
-                   const tc::PackedB& layout, int entries, cudaStream_t stream) {
+                   const tc::PackedB& layout, int entries, cudaStream_t stream,
+                   int free_sms = 0) {
     if (layout.num_kb != r.rows_per_slice * r.kblocks_a_row) return cudaErrorInvalidValue;
     auto kernel = wgrad_ring_kernel<kGroup, kTf32, Epilogue>;
     static std::atomic<unsigned long long> smem_set_on;  // devices (common.cuh)
@@ -247,7 +257,8 @@ cudaError_t launch(const RingGeometry& r, const Epilogue& epilogue, const uint8_
     const cudaError_t err = tc::prepare_launch(smem_set_on, kernel, kMaxSmemBytes, r.taps, kBM,
                                                layout, entries, false, grid, tiles);
     if (err != cudaSuccess || tiles == 0) return err;
-    const int ctas = sm_count() < tiles ? sm_count() : tiles;
+    const int sms = sm_count() - free_sms > 0 ? sm_count() - free_sms : 1;
+    const int ctas = sms < tiles ? sms : tiles;
     kernel<<<ctas, tf32x3::kThreads, smem_bytes<kTf32>(r), stream>>>(r, epilogue, packed, layout,
                                                                       grid);
     return cudaGetLastError();

@@ -243,15 +243,19 @@ def float_grads_at_once():
     refuses torch's profiler.)"""
     version = scratchops.versions.GEMM_TENSOR_CORE_VERSION
     # Then the one pass over dy (min_add_mul_operands.cuh: output rows of whole k-blocks):
-    # 126-pixel rows, 250-pixel rows with 36 output channels, and 36 rows in chunks of one
-    # slice (a budget of 4 MiB), held to the one pass in one chunk (the default budget): at 1
-    # byte that shape's input gradient apart is v2, whose bits are not v4's.
+    # 126-pixel rows, 250-pixel rows with 36 output channels, 125-pixel rows, 36 rows in
+    # chunks of one slice (a budget of 4 MiB) and 108 rows in chunks of two slices, each
+    # chunk's pass beside the product before it (16 MiB), the last two held to the one pass
+    # in one chunk (the default budget): at 1 byte that shape's input gradient apart is v2,
+    # whose bits are not v4's.
     for x_shape, w_shape, padding, budget, apart_budget in (
             ((2, 64, 9, 70), (128, 64, 3, 3), 0, 1 << 30, 1),
             ((1, 3, 7, 67), (36, 3, 3, 3), 1, 1 << 30, 1),
             ((2, 64, 6, 128), (128, 64, 3, 3), 0, 1 << 30, 1),
             ((1, 8, 4, 250), (36, 8, 3, 3), 1, 1 << 30, 1),
-            ((2, 16, 20, 128), (32, 16, 3, 3), 0, 1 << 22, 1 << 30)):
+            ((1, 8, 5, 125), (40, 8, 3, 3), 1, 1 << 30, 1),
+            ((2, 16, 20, 128), (32, 16, 3, 3), 0, 1 << 22, 1 << 30),
+            ((6, 16, 20, 128), (32, 16, 3, 3), 0, 1 << 24, 1 << 30)):
         x, w, bias, b2 = r(*x_shape), r(*w_shape), r(w_shape[0]), r(w_shape[0])
         window = ([1, 1], [padding] * 2, [1, 1])
         _, halves = torch.ops.scratchops._conv2d_min_add_mul_keeping(x, w, bias, *window, 0.1,

@@ -19,8 +19,20 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 STEPS = 3
 
 
-def kernel_ms(step) -> dict:
-    """Kernel name -> (GPU ms a step, launches a step) over STEPS profiled steps."""
+def busy_ms(intervals) -> float:
+    """The length of the union of (start, end) intervals in microseconds, in ms: the time some
+    kernel ran, where kernels that run side by side overlap."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total / 1e3
+
+
+def kernel_ms(step) -> tuple[dict, float]:
+    """Kernel name -> (GPU ms a step, launches a step) over STEPS profiled steps, and the ms a
+    step in which some kernel ran."""
     for _ in range(STEPS):
         step()
     torch.cuda.synchronize()
@@ -28,12 +40,13 @@ def kernel_ms(step) -> dict:
         for _ in range(STEPS):
             step()
         torch.cuda.synchronize()
-    totals, counts = collections.defaultdict(float), collections.Counter()
+    totals, counts, intervals = collections.defaultdict(float), collections.Counter(), []
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             totals[e.name] += e.device_time_total / 1e3 / STEPS
             counts[e.name] += 1
-    return {k: (v, counts[k] // STEPS) for k, v in totals.items()}
+            intervals.append((e.time_range.start, e.time_range.end))
+    return {k: (v, counts[k] // STEPS) for k, v in totals.items()}, busy_ms(intervals) / STEPS
 
 
 def main(problems: str, dtypes: str, switches: str = "tf32_off") -> None:
@@ -56,9 +69,10 @@ def main(problems: str, dtypes: str, switches: str = "tf32_off") -> None:
                     m.zero_grad(set_to_none=True)
                     m(x).backward(out_grad)
                 with torch.enable_grad(), settings():
-                    rows = kernel_ms(step)
+                    rows, busy = kernel_ms(step)
                 total = sum(ms for ms, _ in rows.values())
-                print(f"== {key} {name} {label}{suffix}: kernels {total:.3f} ms per step")
+                print(f"== {key} {name} {label}{suffix}: kernels {total:.3f} ms per step, "
+                      f"{busy:.3f} ms with some kernel running (less: kernels side by side)")
                 for kernel, (ms, n) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:14]:
                     print(f"  {ms:8.3f} ms  x{n:<3d} {kernel[:110]}")
 

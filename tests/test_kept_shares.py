@@ -267,16 +267,18 @@ def test_half_gradients_at_once_write_the_rule_channels_last(x_shape, w_shape, p
 # off, the wgmma engine, dy's channels at least 32 and a multiple of 4, dx rows at least 64
 # wide): P31's channels on 68-pixel rows, batch 1 with 3 input channels and 36 output
 # channels (a k-block and 4 past it), 70 input channels (a second dx tile, 6 wide) with 130-
-# pixel rows, and a 1 x 1 kernel. The last four have output rows of whole k-blocks (OW
+# pixel rows, and a 1 x 1 kernel. The last five have output rows of whole k-blocks (OW
 # rounded up to 8 a multiple of 32), where one pass writes both gradients' operands
 # (min_add_mul_operands.cuh): 126-pixel rows as P31's (two slots of B's padding a row, and
 # the slice's rows past the batch's last), 96-pixel rows (a segment of 3 k-blocks), 250-pixel
 # rows (two segments) with 36 output channels (B's rows past them zero), 132 output channels
-# (a second tile of B) on 64-pixel rows.
+# (a second tile of B) on 64-pixel rows, and 125-pixel rows (an odd width: each row of dy
+# starts at an odd element) with 40 output channels.
 FLOAT_FUSED_SHAPES = [((2, 64, 9, 70), (128, 64, 3, 3), 0), ((1, 3, 7, 67), (36, 3, 3, 3), 1),
                       ((2, 70, 5, 130), (64, 70, 3, 3), 1), ((2, 16, 4, 64), (32, 16, 1, 1), 0),
                       ((2, 64, 6, 128), (128, 64, 3, 3), 0), ((3, 16, 5, 96), (32, 16, 1, 1), 0),
-                      ((1, 8, 4, 250), (36, 8, 3, 3), 1), ((1, 8, 4, 66), (132, 8, 3, 3), 0)]
+                      ((1, 8, 4, 250), (36, 8, 3, 3), 1), ((1, 8, 4, 66), (132, 8, 3, 3), 0),
+                      ((1, 8, 5, 125), (40, 8, 3, 3), 1)]
 ONE_PASS = "min_rule_operands::operands_kernel"
 
 
@@ -353,27 +355,33 @@ def test_float_gradients_at_once_apply_the_rule_inside_both_passes(x_shape, w_sh
         torch.testing.assert_close(a, b_, rtol=0, atol=1e-5 * scale)
 
 
+# (batch, budget in MiB, passes): a slice's packed B is 3.1 MB. At batch 2 (36 output rows, 16 a
+# slice: 3 slices, the last 12 rows past the batch's) 4 MiB holds one slice: a chunk a slice,
+# one buffer. At batch 6 (7 slices) 16 MiB holds 5 slices, or two buffers of 2: 4 chunks.
+ONE_PASS_CHUNKS = [(2, 4, 3), (6, 16, 4)]
+
+
+@pytest.mark.parametrize("batch,budget_mib,passes", ONE_PASS_CHUNKS)
 @pytest.mark.parametrize("kind", ["ties", "random"])
-def test_one_pass_over_dy_runs_a_chunk_of_slices_at_a_time(kind):
-    """A budget that holds one slice of the weight gradient a chunk: the one pass runs once a
-    chunk (3: 36 output rows, 16 a slice, the last slice 12 rows past the batch's), before
-    that chunk's product, and writes every row's parts before the input gradient reads them.
-    dx and dW have the bits of the operator that keeps nothing, with an Inf and a NaN in dy;
-    the sums as above."""
+def test_one_pass_over_dy_runs_a_chunk_of_slices_at_a_time(kind, batch, budget_mib, passes):
+    """A budget that holds a few slices of the weight gradient a chunk: the one pass runs once
+    a chunk, before that chunk's product (one chunk buffer), or, where two buffers fit, beside
+    the product of the chunk before it into the other buffer, and writes every row's parts
+    before the input gradient reads them. dx and dW have the bits of the operator that keeps
+    nothing, with an Inf and a NaN in dy; the sums as above."""
     skip_unless_runnable("cuda", operator="conv2d_min_add_mul")
     if not HOPPER:
         pytest.skip("the input gradient v4 needs the wgmma engine and tensor maps (an sm_90 GPU)")
     _tf32(False)
-    x, w, cb, b = _inputs((2, 16, 20, 128), (32, 16, 3, 3), torch.float32, kind)
+    x, w, cb, b = _inputs((batch, 16, 20, 128), (32, 16, 3, 3), torch.float32, kind)
     window = ([1, 1], [0, 0], [1, 1])
-    dy = rand(2, 32, 18, 126)
+    dy = rand(batch, 32, 18, 126)
     dy.view(-1)[11], dy.view(-1)[-300] = float("inf"), float("nan")
     _, halves = OPS._conv2d_min_add_mul_keeping(x, w, cb, *window, 1.0, b, 2.0)
-    # (a part: 580 KB; a slice's packed B 3.1 MB: 4 MB holds one slice a chunk)
-    budget, version = 4 * 2**20, scratchops.versions.GEMM_TENSOR_CORE_VERSION
+    budget, version = budget_mib * 2**20, scratchops.versions.GEMM_TENSOR_CORE_VERSION
     args = (dy, halves, x, w, 2.0, *window, budget, version)
     calls = launches(lambda: OPS._conv2d_min_add_mul_grads_kept(*args))
-    assert sum(n for name, n in calls.items() if ONE_PASS in name) == 3
+    assert sum(n for name, n in calls.items() if ONE_PASS in name) == passes
     ours = OPS._conv2d_min_add_mul_grads_kept(*args)
     conv_grad = OPS._min_add_mul_backward_kept(dy, halves, 2.0)[0]
     theirs = OPS._conv2d_grads(conv_grad, x, w, *window, TENSOR_CORE_GRAD_WORKSPACE_BYTES,
@@ -382,6 +390,37 @@ def test_one_pass_over_dy_runs_a_chunk_of_slices_at_a_time(kind):
         torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
     _sums_close(ours[2], conv_grad, torch.float32)
     _sums_close(ours[3], 2.0 * dy.double(), torch.float32)
+
+
+def test_one_pass_beside_the_product_replays_in_a_cuda_graph():
+    """The pass beside the product (two chunk buffers; its blocks claim units from counters
+    that each pass zeroes for the next) captured in a CUDA graph and replayed on new values of
+    dy: the four gradients have the bits of the call made without the graph (x's NaN: NaN in
+    the same places)."""
+    skip_unless_runnable("cuda", operator="conv2d_min_add_mul")
+    if not HOPPER:
+        pytest.skip("the input gradient v4 needs the wgmma engine and tensor maps (an sm_90 GPU)")
+    _tf32(False)
+    batch, budget_mib, _ = ONE_PASS_CHUNKS[-1]  # (the chunks beside the products)
+    x, w, cb, b = _inputs((batch, 16, 20, 128), (32, 16, 3, 3), torch.float32, "random")
+    window = ([1, 1], [0, 0], [1, 1])
+    dy = rand(batch, 32, 18, 126)
+    _, halves = OPS._conv2d_min_add_mul_keeping(x, w, cb, *window, 1.0, b, 2.0)
+    args = (dy, halves, x, w, 2.0, *window, budget_mib * 2**20,
+            scratchops.versions.GEMM_TENSOR_CORE_VERSION)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        OPS._conv2d_min_add_mul_grads_kept(*args)  # (warm-up outside the capture)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = OPS._conv2d_min_add_mul_grads_kept(*args)
+    dy.copy_(rand(*dy.shape))
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b_ in zip(captured, OPS._conv2d_min_add_mul_grads_kept(*args)):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
 
 
 def test_float_gradients_at_once_follow_the_input_gradient_apart_at_batch_1():
