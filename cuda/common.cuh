@@ -303,10 +303,11 @@ inline int sm_count() {
 // -------------------------------------------------------------- kernels side by side
 // Programmatic dependent launch (sm_90): a kernel launched by launch_beside_previous may start
 // once every CTA of the kernel before it on the stream has run let_next_kernel_start (or
-// exited), and runs on whatever multiprocessors that kernel leaves free. It must not read what
-// that kernel writes, and it ends with wait_for_previous_kernel, so that its completion, which
-// the next kernel on the stream waits for, implies the earlier kernel's too. Elsewhere both
-// instructions are nothing and the launch is an ordinary one (a kernel after the other).
+// exited), and runs on whatever multiprocessors that kernel leaves free. It must not touch
+// what that kernel reads or writes, and it ends with wait_for_previous_kernel, so that its
+// completion, which the next kernel on the stream waits for, implies the earlier kernel's
+// too. Both instructions exist from sm_90 on, so the caller launches beside only where both
+// kernels were built for it (the wgmma engine's kernels: sm_90a).
 __device__ __forceinline__ void let_next_kernel_start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -258,18 +258,22 @@ cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
         auto partials_of = [&](int c) {
             return reinterpret_cast<float*>(packed_of(c) + packed_bytes);
         };
+        auto entries_from = [&](int e0) {  // (a chunk's, from entry e0)
+            return s.count - e0 < per_chunk ? s.count - e0 : per_chunk;
+        };
         // The min's one pass for chunk c (entries from e0): beside the product before it
         // (chunk c's unit counter), or in turn; with two buffers it zeroes chunk c + 1's.
         auto one_pass = [&](int c, int e0, bool beside) {
             cudaError_t err = cudaErrorInvalidValue;  // (float's 3xTF32 alone)
             if constexpr (std::is_same_v<T, float>)  // (apart: T is no lambda parameter)
                 if constexpr (std::is_same_v<Op, float> && !kT) {
-                    int* counters = reinterpret_cast<int*>(chunk + 2 * buffers.stride);
+                    int* counters = buffers.count == 2
+                                        ? reinterpret_cast<int*>(chunk + 2 * buffers.stride)
+                                        : nullptr;
                     err = min_rule_operands::launch(
-                        dy, halves, factor, *operands, out_channels, g, s, e0,
-                        s.count - e0 < per_chunk ? s.count - e0 : per_chunk, packed_of(c),
-                        stream, beside ? counters + c % 2 : nullptr,
-                        buffers.count == 2 ? counters + (c + 1) % 2 : nullptr);
+                        dy, halves, factor, *operands, out_channels, g, s, e0, entries_from(e0),
+                        packed_of(c), stream, beside ? counters + c % 2 : nullptr,
+                        counters != nullptr ? counters + (c + 1) % 2 : nullptr);
                 }
             return err;
         };
@@ -278,7 +282,7 @@ cudaError_t weight_grad_implicit(const T* dy, const T* x, T* dweight, int batch,
             err = batch_sum_launch<float, float>(nullptr, nullptr, accumulator, 0, kc, stream);
         if (b_packed && s.count > 0) err = one_pass(0, 0, false);
         for (int c = 0, e0 = 0; e0 < s.count && err == cudaSuccess; ++c, e0 += per_chunk) {
-            const int entries = s.count - e0 < per_chunk ? s.count - e0 : per_chunk;
+            const int entries = entries_from(e0);
             const bool next = b_packed && e0 + per_chunk < s.count;
             // (With two buffers the next chunk's pass runs beside this chunk's product.)
             const int free_sms = next && buffers.count == 2 ? buffers.free_sms : 0;

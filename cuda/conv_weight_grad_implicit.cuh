@@ -249,17 +249,19 @@ inline int chunk_entries(const Slices& s, int taps, int out_channels, long long 
 
 // Where the min's one pass writes the packed B (weight_grad_implicit's `operands`) and the
 // product is v4 (wgrad_ring, sm_90), the pass of chunk c + 1 runs beside the product of chunk
-// c, into the other of two chunk buffers: the product's grid leaves kOnePassSms
+// c, into the other of two chunk buffers: the product's grid leaves pass_sms()
 // multiprocessors free, the pass (launched beside it: launch_beside_previous, common.cuh)
 // starts there, and its blocks claim units from a counter, so that those that start as the
 // product's CTAs end take what is left. The product is held by its instructions and the
-// pass by its traffic, so the pass on 24 multiprocessors keeps up with the product on the
-// other 108 (P31 on an H200: 612 us for the pass of 151 entries beside the product's 604;
-// in turn the pass took 559 us and the product 978 for 311 entries; 16 and 20 left the pass
-// behind, 28 the product: docs/notes.md, "The one pass beside the weight gradient's
-// product"). A chunk is a whole number of rounds of the product's grid (its persistent CTAs
-// take tiles in turn: a partial last round leaves CTAs idle).
-constexpr int kOnePassSms = 24;
+// pass by its traffic, so the pass on 24 of an H200's 132 multiprocessors keeps up with the
+// product on the other 108 (P31: 612 us for the pass of 151 entries beside the product's
+// 604; in turn the pass took 559 us and the product 978 for 311 entries; 16 and 20 left the
+// pass behind, 28 the product: docs/notes.md, "The one pass beside the weight gradient's
+// product"); other GPUs leave the same share. A chunk holds as many whole rounds of the
+// product's grid as fit (its persistent CTAs take tiles in turn: a partial last round leaves
+// CTAs idle), where an entry's tiles are at most a round.
+constexpr int kOnePassSmsOf132 = 24;
+inline int pass_sms() { return sm_count() * kOnePassSmsOf132 / 132; }
 struct ChunkBuffers {
     int count;         // 1, or 2 (the pass beside the product)
     int entries;       // a chunk's entries
@@ -273,18 +275,19 @@ ChunkBuffers chunk_buffers(const Slices& s, int taps, int out_channels,
                            bool b_packed) {
     const int one = chunk_entries(s, taps, out_channels, available);
     const ChunkBuffers in_turn{1, one, chunk_bytes(s, taps, out_channels, one).total(), 0};
-    if (!std::is_same_v<Op, float> || kTf32 || !b_packed || one >= s.count ||
-        2 * kOnePassSms >= sm_count() || !wgrad_ring::applies(g, s.row_len, engine, kTf32))
+    if (!std::is_same_v<Op, float> || kTf32 || !b_packed || one >= s.count || pass_sms() < 1 ||
+        !wgrad_ring::applies(g, s.row_len, engine, kTf32))
         return in_turn;
     int half = chunk_entries(s, taps, out_channels, available / 2);
-    const long long ctas = sm_count() - kOnePassSms;
-    const int tiles = wgrad_ring::tiles_per_entry(taps, out_channels);
+    const long long ctas = sm_count() - pass_sms();
+    const int tiles = wgrad_ring::tiles_per_entry(
+        taps, tc::packed_b_layout<float>(gemm_tc::kTcBN, out_channels, s.slice_len(), 1));
     const long long rounds = static_cast<long long>(half) * tiles / ctas;  // whole ones
-    if (rounds > 0) half = static_cast<int>(rounds * ctas / tiles);
+    if (rounds > 0 && tiles <= ctas) half = static_cast<int>(rounds * ctas / tiles);
     const long long stride = chunk_bytes(s, taps, out_channels, half).total();
     const long long counters = 16;  // (the two passes' unit counters, 16-byte aligned)
     return half > 0 && 2 * stride + counters <= available
-               ? ChunkBuffers{2, half, stride, kOnePassSms}
+               ? ChunkBuffers{2, half, stride, pass_sms()}
                : in_turn;
 }
 
