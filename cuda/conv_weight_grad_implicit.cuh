@@ -255,9 +255,9 @@ inline int chunk_entries(const Slices& s, int taps, int out_channels, long long 
 // product's CTAs end take what is left. The product is held by its instructions and the
 // pass by its traffic, so the pass on 24 of an H200's 132 multiprocessors keeps up with the
 // product on the other 108 (P31: 612 us for the pass of 151 entries beside the product's
-// 604; in turn the pass took 559 us and the product 978 for 311 entries; 16 and 20 left the
-// pass behind, 28 the product: docs/notes.md, "The one pass beside the weight gradient's
-// product"); other GPUs leave the same share. A chunk holds as many whole rounds of the
+// 604; in turn the pass took 559 us and the product 978 for 311 entries; with 16 and 20 the
+// pass ended after the product, with 28 the step was longer: docs/notes.md, "The one pass
+// beside the weight gradient's product"); other GPUs leave the same share. A chunk holds as many whole rounds of the
 // product's grid as fit (its persistent CTAs take tiles in turn: a partial last round leaves
 // CTAs idle), where an entry's tiles are at most a round.
 constexpr int kOnePassSmsOf132 = 24;
