@@ -19,7 +19,7 @@
 // as a ring row of `ring_width` columns, column p holding x[n][c][ih][p - pad_w] (0 outside
 // the input), so tap (c, i, j) of output row oh, slot ow, is column ow + j*dil_w of channel c
 // in slot (oh + i*dil_h) % slots. Each value is stored twice, in two planes: its big TF32 part
-// and its small one (hopper.cuh's truncating split; the TF32 mode: the value rounded to
+// and its small one (tf32_split.cuh's truncating split; the TF32 mode: the value rounded to
 // nearest, in the big plane alone).
 //
 // The walk. A CTA's tile is 16 output rows (a slice) x 128 taps, as in v2. At the tile's first

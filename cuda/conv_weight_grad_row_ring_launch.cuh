@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(tf32x3::kThreads, 1)
 
 // Tiles an entry of slices takes in launch's grid (tc::prepare_launch's m_tiles x n_tiles).
 inline int tiles_per_entry(int taps, const tc::PackedB& layout) {
-    return (taps + kBM - 1) / kBM * layout.n_tiles;
+    return tc::m_tile_count(taps, kBM) * layout.n_tiles;
 }
 
 // The product of `entries` entries of slices (conv_weight_grad_implicit.cuh's product(), its

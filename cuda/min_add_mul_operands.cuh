@@ -179,16 +179,6 @@ __device__ __forceinline__ void reduce_scatter_step(float* sums, int lane) {
     }
 }
 
-// split_tf32's (hopper.cuh) parts of a value whose magnitude's bits are below kShortSplitBelow
-// (finite, and rounding it to the nearest TF32 cannot carry it to Inf, so cross is big), in
-// five instructions where split_tf32 takes about fifteen (its cvt.rna is this same rounding of
-// the bits at sm_90, with tests of the rare cases around it).
-constexpr uint32_t kShortSplitBelow = 0x7f7ff000u;
-__device__ __forceinline__ void split_tf32_short(float d, uint32_t& big, uint32_t& small) {
-    big = (__float_as_uint(d) + 0x1000u) & 0xffffe000u;
-    small = (__float_as_uint(d - __uint_as_float(big)) + 0x1000u) & 0xffffe000u;
-}
-
 // The value of d that fill splits (0 itself outside, B's padding: 0 * an Inf factor is NaN).
 __device__ __forceinline__ float rule_value(const Params& p, const Unit& u, const UnitLoads& q,
                                             int warp, int i, int h) {
@@ -222,8 +212,9 @@ __device__ __forceinline__ bool fill_again_in_full(const Params& p, Tile& tile, 
 // A unit's fill (see the top) from its loads; returns with the tile filled and the unit's
 // partials written, and says whether one of its values of d was not finite (cross != big:
 // where the product's deferred cross pass has work, pack_b_cross). Each value is split in
-// the short form; where a warp meets one that the short form does not cover (Inf, NaN, or
-// within a TF32 half-ulp of FLT_MAX: rare), it splits its values again with split_tf32.
+// the short form (tf32_split.cuh's split_tf32_short); where a warp meets one that form does not
+// cover (Inf, NaN, or within a TF32 half-ulp of FLT_MAX: rare), it splits its values again
+// with split_tf32.
 __device__ __forceinline__ bool fill(const Params& p, Tile& tile, const Unit& u,
                                      const UnitLoads& q) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -159,6 +159,9 @@ struct TileCoords {
 // Tile t (of batch * m_tiles * n_tiles) covers batch entry t / (m_tiles * n_tiles), rows
 // [mt * BM, + BM) and columns [nt * BN, + BN) with mt, nt the rest's quotient and remainder
 // by n_tiles.
+// The row tiles of bm rows that m_rows rows take (the last one partial).
+inline int m_tile_count(int m_rows, int bm) { return (m_rows + bm - 1) / bm; }
+
 struct TileGrid {
     int m_tiles, n_tiles, batch;
     bool b_shared;  // one packed B for every batch entry
@@ -258,7 +261,7 @@ cudaError_t prepare_launch(std::atomic<unsigned long long>& done, Kernel kernel,
     tiles = 0;
     const cudaError_t err = allow_dynamic_smem(done, kernel, smem_bytes);
     if (err != cudaSuccess) return err;
-    grid = TileGrid{(m_rows + bm - 1) / bm, layout.n_tiles, batch, b_shared};
+    grid = TileGrid{m_tile_count(m_rows, bm), layout.n_tiles, batch, b_shared};
     const long long count = static_cast<long long>(grid.m_tiles) * grid.n_tiles * batch;
     if (count > kMaxInt32Count) return cudaErrorInvalidValue;
     tiles = count > 0 ? static_cast<int>(count) : 0;

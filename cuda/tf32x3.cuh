@@ -3,7 +3,7 @@
 // wgmma (sm_90a), each fp32 product carried by three TF32 products ("3xTF32").
 //
 // The parts, one idea each:
-//   split     x = big + small, both TF32 (hopper.cuh: B to nearest once, in pack_b; A
+//   split     x = big + small, both TF32 (tf32_split.cuh: B to nearest once, in pack_b; A
 //             truncated, in the hot loop: split_tf32_truncated). a*b is then
 //             a_small*b_big + a_big*b_small + a_big*b_big (the cross terms first, with the
 //             "cross" big parts that are 0 for a non-finite value, so Inf and NaN come out as
