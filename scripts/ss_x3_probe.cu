@@ -31,6 +31,7 @@ constexpr int kSmemBytes = 2 * kStageBytes + 1024;  // two stages, aligned to 10
 
 template <bool kStore, bool kOwnTiles>
 __global__ void __launch_bounds__(256, 1) ss_x3_kernel(float* out, long long rows) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) / 1024 * 1024);
@@ -86,6 +87,9 @@ __global__ void __launch_bounds__(256, 1) ss_x3_kernel(float* out, long long row
             out[threadIdx.x] = total[1];  // (keeps the products)
         }
     }
+#else
+    __trap();  // (wgmma needs sm_90a: build as the top says)
+#endif
 }
 
 template <bool kStore, bool kOwnTiles>
